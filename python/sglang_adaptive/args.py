@@ -1,0 +1,141 @@
+"""Server flags of the adaptive worker: parsing, validation, and where they live.
+
+SGLang has no argument-extension hook, so the flags are added to the parser by an
+AFTER hook on ``ServerArgs.add_cli_args`` and read back by an AROUND hook on
+``ServerArgs.from_cli_args``. ``from_cli_args`` keeps dataclass fields only, so the
+values ride on an underscore attribute of the ``ServerArgs`` instance: it survives
+pickling into the scheduler processes and the draft worker's ``deepcopy``.
+
+Every unsupported combination stops start-up with one sentence (``ConfigError``),
+before any process or GPU memory is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sglang_adaptive.policy import (
+    POLICY_ALTERNATE,
+    POLICY_CHOICES,
+    POLICY_OFF,
+    POLICY_THRESHOLD,
+    PolicyConfig,
+)
+
+ATTR = "_adaptive_spec"
+SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
+
+
+class ConfigError(ValueError):
+    """An invalid flag or unsupported combination; the message is one sentence."""
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "adaptive speculative decoding (sglang_adaptive)",
+        "Choose per decode batch between EAGLE speculation and plain decode.",
+    )
+    group.add_argument(
+        "--speculative-disable-batch-threshold",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Run plain decode (target only, no draft or verify) for decode batches "
+        "of more than N requests and speculate otherwise. Implies "
+        "--speculative-switch-policy threshold.",
+    )
+    group.add_argument(
+        "--speculative-switch-policy",
+        choices=POLICY_CHOICES,
+        default=None,
+        help="How each decode batch picks speculative or plain decode. "
+        "'off': always speculate with the upstream EAGLE worker; "
+        "'threshold': see --speculative-disable-batch-threshold; "
+        "'alternate': testing only, switch every --speculative-switch-alternate-period "
+        "steps. Default: 'threshold' when a threshold is given, else 'off'.",
+    )
+    group.add_argument(
+        "--speculative-switch-alternate-period",
+        type=int,
+        default=None,
+        metavar="K",
+        help="Testing only: with --speculative-switch-policy alternate, run K "
+        "speculative decode steps, then K plain ones, and so on (default 1).",
+    )
+
+
+def _fail(sentence: str) -> None:
+    raise ConfigError(f"sglang_adaptive: {sentence}")
+
+
+def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
+    """Check the flags against each other and against the raw upstream flags."""
+    threshold = getattr(ns, "speculative_disable_batch_threshold", None)
+    policy = getattr(ns, "speculative_switch_policy", None)
+    period = getattr(ns, "speculative_switch_alternate_period", None)
+
+    if threshold is not None and threshold < 0:
+        _fail(f"--speculative-disable-batch-threshold must be >= 0, got {threshold}.")
+    if period is not None and period < 1:
+        _fail(f"--speculative-switch-alternate-period must be >= 1, got {period}.")
+    if policy is None:
+        policy = POLICY_THRESHOLD if threshold is not None else POLICY_OFF
+    if policy == POLICY_THRESHOLD and threshold is None:
+        _fail("--speculative-switch-policy threshold needs --speculative-disable-batch-threshold N.")
+    if policy != POLICY_THRESHOLD and threshold is not None:
+        _fail(f"--speculative-disable-batch-threshold only applies to the threshold policy, not '{policy}'.")
+    if policy != POLICY_ALTERNATE and period is not None:
+        _fail("--speculative-switch-alternate-period only applies to --speculative-switch-policy alternate.")
+
+    config = PolicyConfig(policy=policy, threshold=threshold, alternate_period=period or 1)
+    if config.enabled:
+        check_combination(ns, config)
+    return config
+
+
+def check_combination(args: Any, config: PolicyConfig) -> None:
+    """Reject what the adaptive worker cannot serve. ``args`` is the raw Namespace
+    before SGLang resolves defaults, then the resolved ServerArgs after."""
+    flag = f"--speculative-switch-policy {config.policy}"
+    algo = (getattr(args, "speculative_algorithm", None) or "").upper()
+    if algo not in SUPPORTED_ALGORITHMS and algo != "NEXTN":
+        _fail(f"{flag} needs --speculative-algorithm EAGLE or EAGLE3, got {algo or 'none'}.")
+    topk = getattr(args, "speculative_eagle_topk", None)
+    if topk is not None and topk > 1:
+        _fail(f"{flag} supports --speculative-eagle-topk 1 only (chain drafts), got {topk}.")
+    if getattr(args, "enable_dp_attention", False):
+        _fail(f"{flag} does not support DP attention (--enable-dp-attention) yet.")
+    if (getattr(args, "pp_size", 1) or 1) > 1:
+        _fail(f"{flag} does not support pipeline parallelism (--pp-size > 1).")
+    if getattr(args, "speculative_adaptive", False):
+        _fail(f"{flag} and upstream --speculative-adaptive both pick the step count per batch; use one of them.")
+    if getattr(args, "enable_multi_layer_eagle", False):
+        _fail(f"{flag} does not support --enable-multi-layer-eagle.")
+
+
+def attach(server_args: Any, config: PolicyConfig) -> None:
+    setattr(server_args, ATTR, config)
+
+
+def get_config(server_args: Any) -> PolicyConfig:
+    """The policy of a ServerArgs; off when built without the CLI (Engine(...))."""
+    return getattr(server_args, ATTR, None) or PolicyConfig()
+
+
+# -- hook bodies (registered in upstream.py) --------------------------------
+
+
+def after_add_cli_args(result, parser, *args, **kwargs):
+    add_cli_args(parser)
+    return result
+
+
+def around_from_cli_args(original, cls, args, *rest, **kwargs):
+    config = config_from_namespace(args)
+    server_args = original(cls, args, *rest, **kwargs)
+    if config.enabled:
+        # SGLang may have resolved topk / the algorithm alias (NEXTN -> EAGLE) since.
+        check_combination(server_args, config)
+    attach(server_args, config)
+    return server_args

@@ -1,0 +1,116 @@
+"""Scheduler hooks: the per-batch spec flag, its KV reserve, and plain results.
+
+The decode mode is decided in the scheduler, never in the worker:
+
+1. ``check_decode_mem`` (and each retraction candidate set) asks the controller for
+   the mode of the candidate batch and checks memory with that mode's reserve.
+2. ``prepare_for_decode`` (after retraction) asks again for the final batch, which
+   gives the same answer as its last check, records it on the batch
+   (``BATCH_FLAG``) and allocates that mode's reserve through upstream's own
+   ``eagle_prepare_for_decode``: only the reserve differs, so the two modes share one
+   allocation path and switching back and forth cannot leak or double-allocate.
+3. The worker reads the flag and marks its result (``RESULT_FLAG``);
+   ``process_batch_result_decode`` processes a plain result as a plain decode
+   result: one committed token per request, no acceptance statistics.
+
+On a server without the adaptive worker the controller answers like upstream and
+every hook reduces to calling the original.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+from sglang_adaptive import controller as ctl
+from sglang_adaptive.args import get_config
+from sglang_adaptive.upstream import UpstreamDriftError, sglang_symbols as up
+
+# Set only while the memory check or the allocation of a plain batch runs.
+_reserve_override: Optional[int] = None
+
+
+@contextlib.contextmanager
+def _reserve(value: Optional[int]):
+    global _reserve_override
+    previous, _reserve_override = _reserve_override, value
+    try:
+        yield
+    finally:
+        _reserve_override = previous
+
+
+def around_get_alloc_reserve_per_decode(original, server_args=None):
+    if server_args is None and _reserve_override is not None:
+        return _reserve_override
+    return original(server_args)
+
+
+def around_check_decode_mem(original, self, selected_indices=None):
+    controller = ctl.current()
+    n = len(self.reqs) if selected_indices is None else len(selected_indices)
+    speculative = controller.speculate(n, self.has_grammar)
+    with _reserve(controller.kv_reserve(speculative, self.enable_overlap)):
+        return original(self, selected_indices)
+
+
+def around_prepare_for_decode(original, self):
+    if self.spec_algorithm.is_none():
+        return original(self)
+    controller = ctl.current()
+    n = len(self.reqs)
+    speculative = controller.speculate(n, self.has_grammar)
+    setattr(self, ctl.BATCH_FLAG, speculative)
+    with _reserve(controller.kv_reserve(speculative, self.enable_overlap)):
+        original(self)
+    controller.on_prepare(speculative, n)
+    if not speculative:
+        controller.audit_kv(self.reqs)
+
+
+def around_process_batch_result_decode(original, self, batch, result):
+    if not getattr(result, ctl.RESULT_FLAG, False):
+        return original(self, batch, result)
+    # One token per live request, committed as _resolve_spec_v2_tokens commits a
+    # verified run, but without verify counts, acceptance or adaptive feedback.
+    for req in batch.reqs:
+        if not (req.is_retracted or req.finished()):
+            req.kv_committed_len += 1
+    # Upstream branches on batch.spec_algorithm for the token layout, logprob shape,
+    # spec metrics and grammar; a plain result takes every non-speculative branch.
+    spec_algorithm = batch.spec_algorithm
+    batch.spec_algorithm = up.SpeculativeAlgorithm.NONE
+    try:
+        return original(self, batch, result)
+    finally:
+        batch.spec_algorithm = spec_algorithm
+
+
+def around_report_decode_stats(original, self, *args, **kwargs):
+    scheduler = self.scheduler
+    if scheduler.spec_algorithm.is_none() or self.spec_num_forward_ct > 0:
+        return original(self, *args, **kwargs)
+    # Only plain batches since the last report: upstream would divide by zero
+    # speculative forwards. Report the interval as the plain decode it was.
+    spec_algorithm = scheduler.spec_algorithm
+    scheduler.spec_algorithm = up.SpeculativeAlgorithm.NONE
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        scheduler.spec_algorithm = spec_algorithm
+
+
+def around_create_worker(original, self, server_args):
+    worker_cls = original(self, server_args)
+    config = get_config(server_args)
+    if not config.enabled:
+        return worker_cls
+    if worker_cls is not up.EAGLEWorkerV2:
+        raise UpstreamDriftError(
+            f"sglang_adaptive: --speculative-switch-policy {config.policy} needs SGLang's "
+            f"EAGLEWorkerV2 for {server_args.speculative_algorithm}, but SGLang chose "
+            f"{worker_cls.__name__}."
+        )
+    from sglang_adaptive.worker import AdaptiveEAGLEWorker
+
+    return AdaptiveEAGLEWorker

@@ -1,0 +1,164 @@
+"""AdaptiveEAGLEWorker: EAGLE/EAGLE3 speculation or true plain decode, per decode batch.
+
+The scheduler decides the mode (``scheduler_hooks``) and records it on the batch;
+this worker only follows it. A speculative batch runs upstream's
+``EAGLEWorkerV2.forward_batch_generation`` unchanged. A plain batch runs the target
+once, in DECODE mode, through its own CUDA graph set (``plain_graph``): no draft
+model, no verify tree, no verify sampling.
+
+Spec-v2 conventions a plain step keeps (see docs/design.md):
+- ``batch.seq_lens`` = S is the length *before* the bonus token; the bonus token is
+  the input, written to KV slot ``req_to_token[req, S]`` (gathered on the GPU: under
+  the overlap scheduler S is only known there), at position S.
+- ``on_publish`` fires exactly once with ``new_seq_lens = S + 1``.
+- The result carries a full ``EagleDraftInput``: the sampled token as the next bonus
+  token, and the draft state (top-k, draft hidden state) it received, passed on
+  unchanged, so the FutureMap keeps its shapes and the next speculative step has a
+  valid, if older, draft input. Plain steps do not write draft KV, so acceptance
+  right after a plain stretch is lower; outputs are unaffected (verify is exact).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from sglang_adaptive import controller as ctl
+from sglang_adaptive.args import get_config
+from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, plain_mode
+from sglang_adaptive.policy import make_policy
+from sglang_adaptive.upstream import sglang_symbols as up
+
+logger = logging.getLogger(__name__)
+
+AUDIT_KV_ENV = "SGLANG_ADAPTIVE_AUDIT_KV"
+
+
+class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
+    def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
+        super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
+        config = get_config(server_args)
+        self.controller = ctl.AdaptiveModeController(
+            make_policy(config),
+            spec_width=up.get_alloc_len_per_decode(server_args),
+            log_interval=server_args.decode_log_interval,
+            audit_kv=os.environ.get(AUDIT_KV_ENV, "0") == "1",
+        )
+        ctl.install(self.controller)
+        # EAGLE-3 drafts from the target's packed aux hidden states; keep the plain
+        # graphs able to hand them over (draft continuity builds on it).
+        self._plain_capture_mode = (
+            up.CaptureHiddenMode.LAST
+            if self.speculative_algorithm.is_eagle3()
+            else up.CaptureHiddenMode.NULL
+        )
+        self._spec_state: ModeState | None = None
+        self._plain_state: ModeState | None = None
+        # The runner whose read-done event fences the scheduler's next writes: the
+        # draft runner after a speculative step (draft-extend reads last), the
+        # target runner after a plain one.
+        self._war_runner = self._draft_worker.draft_runner
+        up.log_info_on_rank0(
+            logger,
+            f"AdaptiveEAGLEWorker active: algorithm={server_args.speculative_algorithm}, "
+            f"policy={self.controller.policy.describe()}, steps={self.speculative_num_steps}, "
+            f"topk={self.topk}, draft_tokens={self.speculative_num_draft_tokens}",
+        )
+
+    # -- graphs ---------------------------------------------------------------
+
+    def init_cuda_graphs(self):
+        super().init_cuda_graphs()
+        runner = self._target_worker.model_runner
+        self._spec_state = ModeState.of_runner("speculative", runner, up.CaptureHiddenMode.FULL)
+        self._plain_state, mem_gib, seconds = build_plain_state(
+            runner, self._plain_capture_mode, device=self.device, gpu_id=self.gpu_id
+        )
+        self._additional_graph_memory_usage["plain_decode"] = mem_gib
+        self._additional_graph_time_usage["plain_decode"] = seconds
+        up.log_info_on_rank0(
+            logger,
+            f"AdaptiveEAGLE plain DECODE set built: batch sizes "
+            f"{captured_batch_sizes(self._plain_state)}, capture_hidden="
+            f"{self._plain_capture_mode.name}, mem={mem_gib:.3f} GB, time={seconds:.1f} s",
+        )
+
+    @property
+    def plain_state(self) -> ModeState | None:
+        return self._plain_state
+
+    @property
+    def war_fastpath_runner(self):
+        return self._war_runner
+
+    @property
+    def spec_v2_attn_backends(self) -> tuple:
+        plain = (self._plain_state.attn_backend,) if self._plain_state is not None else ()
+        return super().spec_v2_attn_backends + plain
+
+    # -- forward --------------------------------------------------------------
+
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
+        if (
+            batch.forward_mode.is_decode()
+            and not batch.is_extend_in_batch
+            and not getattr(batch, ctl.BATCH_FLAG, True)
+        ):
+            return self._forward_plain(batch, on_publish)
+        self._war_runner = self._draft_worker.draft_runner
+        return super().forward_batch_generation(
+            batch, on_publish=on_publish, grammar_barrier=grammar_barrier
+        )
+
+    def _forward_plain(self, batch, on_publish):
+        runner = self._target_worker.model_runner
+        self._war_runner = runner
+        draft_input = batch.spec_info
+        seq_lens = batch.seq_lens
+        new_seq_lens = seq_lens + 1
+
+        # Rewrite the batch as a non-speculative decode of the bonus token.
+        # _forward_isolation restores every ScheduleBatch field after the worker.
+        batch.input_ids = draft_input.bonus_tokens.to(torch.int64)
+        batch.out_cache_loc = self.req_to_token_pool.req_to_token[
+            batch.req_pool_indices, seq_lens
+        ].to(torch.int64)
+        batch.seq_lens = new_seq_lens
+        if batch.seq_lens_cpu is not None:
+            batch.seq_lens_cpu = batch.seq_lens_cpu + 1
+        if batch.seq_lens_sum is not None:
+            batch.seq_lens_sum = batch.seq_lens_sum + len(batch.reqs)
+        batch.forward_mode = up.ForwardMode.DECODE
+        batch.spec_info = None
+        batch.spec_algorithm = up.SpeculativeAlgorithm.NONE
+
+        with plain_mode(runner, self._plain_state, self._spec_state):
+            forward_batch = up.ForwardBatch.init_new(
+                batch,
+                runner,
+                capture_hidden_mode=self._plain_state.capture_hidden_mode,
+                return_hidden_states_before_norm=False,
+            )
+            result = self._target_worker.forward_batch_generation(
+                batch=None, forward_batch=forward_batch
+            )
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+
+        result.next_draft_input = up.EagleDraftInput(
+            bonus_tokens=result.next_token_ids.to(torch.int32),
+            topk_p=draft_input.topk_p,
+            topk_index=draft_input.topk_index,
+            hidden_states=draft_input.hidden_states,
+            draft_probs=draft_input.draft_probs,
+            dsa_topk_indices=draft_input.dsa_topk_indices,
+            capture_hidden_mode=draft_input.capture_hidden_mode,
+        )
+        result.new_seq_lens = new_seq_lens
+        result.speculative_num_draft_tokens = 1
+        # Under overlap the scheduler pins these two iterations (out_cache_loc etc.).
+        result.extra_keep_alive_refs = [forward_batch]
+        setattr(result, ctl.RESULT_FLAG, True)
+        return result

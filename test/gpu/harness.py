@@ -1,0 +1,189 @@
+"""Start SGLang servers on the GPU host and drive them with fixed requests.
+
+Used by the gpu tests and by hand (``python test/gpu/harness.py --help``). Servers
+run with ``--skip-tokenizer-init`` and take token ids; each is stopped before the
+next starts, so one GPU runs them in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "benchmark" / "models"
+TARGET_8B = MODELS / "llama3-8b"
+DRAFT_8B = MODELS / "llama3-8b-eagle3"
+
+COMMON_ARGS = [
+    "--attention-backend", "triton",
+    "--sampling-backend", "pytorch",
+    "--grammar-backend", "none",
+    "--cuda-graph-backend-prefill", "disabled",
+    "--mem-fraction-static", "0.7",
+]
+
+
+def eagle3_args(draft: Path, steps: int = 3) -> list[str]:
+    return [
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", str(draft),
+        "--speculative-num-steps", str(steps),
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", str(steps + 1),
+    ]
+
+
+@dataclass
+class Server:
+    label: str
+    args: list[str]
+    env: dict = field(default_factory=dict)
+    port: int = 30000
+    log_dir: Path = Path(os.environ.get("OUT", "/tmp"))
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"server-{self.label}.log"
+
+    def start(self, timeout: float = 600) -> float:
+        env = {**os.environ, **self.env}
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1",
+               "--port", str(self.port), "--skip-tokenizer-init", *self.args]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "w")
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        t0 = time.time()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"[{self.label}] server exited; log tail:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health_generate", timeout=5) as r:
+                    if r.status == 200:
+                        return time.time() - t0
+            except Exception:
+                pass
+            if time.time() - t0 > timeout:
+                self.stop()
+                raise RuntimeError(f"[{self.label}] start timeout; log tail:\n{self.tail()}")
+            time.sleep(2)
+
+    def tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def log_text(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except Exception:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def make_requests(n: int, seed: int = 0, vocab: int = 32000, in_range=(8, 600),
+                  out_range=(4, 160)) -> list[dict]:
+    """Mixed prompt and output lengths, greedy."""
+    rng = random.Random(seed)
+    reqs = []
+    for i in range(n):
+        in_len = rng.randint(*in_range)
+        reqs.append({
+            "input_ids": [rng.randrange(1000, vocab) for _ in range(in_len)],
+            "sampling_params": {"max_new_tokens": rng.randint(*out_range),
+                                "temperature": 0.0, "ignore_eos": True},
+        })
+    return reqs
+
+
+async def _run(url: str, reqs: list[dict], concurrency, timeout: float) -> list[dict]:
+    """``concurrency``: an int, or a list of (start_index, concurrency) ramp steps."""
+    results: list[dict | None] = [None] * len(reqs)
+    ramp = [(0, concurrency)] if isinstance(concurrency, int) else list(concurrency)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+        async def one(i):
+            async with s.post(url + "/generate", json=reqs[i]) as r:
+                body = await r.json()
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}: {body}")
+                results[i] = body
+
+        for k, (start, c) in enumerate(ramp):
+            end = ramp[k + 1][0] if k + 1 < len(ramp) else len(reqs)
+            todo = iter(range(start, end))
+
+            async def worker():
+                for i in todo:
+                    await one(i)
+
+            await asyncio.gather(*(worker() for _ in range(c)))
+    return results
+
+
+def generate(url: str, reqs: list[dict], concurrency=8, timeout: float = 900) -> list[dict]:
+    return asyncio.run(_run(url, reqs, concurrency, timeout))
+
+
+def output_ids(results: list[dict]) -> list[list[int]]:
+    return [r["output_ids"] for r in results]
+
+
+def first_mismatch(a: list[list[int]], b: list[list[int]]):
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            j = next((k for k, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            return i, j, len(x)
+    return None
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description="Run fixed greedy requests against one server config.")
+    p.add_argument("--label", required=True)
+    p.add_argument("--num", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--out", default=None, help="write output ids as JSON here")
+    p.add_argument("server_args", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    srv = Server(a.label, a.server_args)
+    with srv:
+        res = generate(srv.url, make_requests(a.num), a.concurrency)
+    if a.out:
+        Path(a.out).write_text(json.dumps(output_ids(res)))
+    print(json.dumps({"label": a.label, "requests": len(res)}))

@@ -1,0 +1,179 @@
+"""AdaptiveEAGLEWorker on a real GPU: token equality, graph replays, KV accounting.
+
+One module-scoped run starts each server configuration in turn on the dummy
+Llama-3-8B-shaped pair (real kernels, no simulated acceptance) and sends the same
+greedy requests (mixed prompt and output lengths). Every test then reads what that
+run produced. Run on the GPU host:
+
+    source .gpu-bundle/gpu/setup-host.sh && source scripts/install-on-gpu-host.sh
+    python -m pytest -m gpu test/gpu -v
+
+``ADAPTIVE_GPU_NUM`` sets the number of requests (default 200).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import pytest
+
+from harness import (
+    COMMON_ARGS,
+    DRAFT_8B,
+    TARGET_8B,
+    Server,
+    eagle3_args,
+    first_mismatch,
+    generate,
+    make_requests,
+    output_ids,
+)
+
+pytestmark = pytest.mark.gpu
+
+NUM = int(os.environ.get("ADAPTIVE_GPU_NUM", "200"))
+MAX_BS = 32
+# Small enough that 32 concurrent requests press on it (retraction included).
+MAX_TOTAL_TOKENS = 10000
+DEBUG_ENV = {
+    "SGLANG_LOG_DECODE_GRAPH_KEY": "1",
+    "SGLANG_IS_IN_CI": "1",
+    "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1",
+    "SGLANG_ADAPTIVE_AUDIT_KV": "1",
+}
+RAMP = [(0, 1), (20, 4), (60, 16), (120, 32)]
+
+
+def _base():
+    return COMMON_ARGS + [
+        "--model-path", str(TARGET_8B), "--load-format", "dummy",
+        "--max-running-requests", str(MAX_BS), "--cuda-graph-max-bs", str(MAX_BS),
+        "--max-total-tokens", str(MAX_TOTAL_TOKENS), "--decode-log-interval", "1",
+        "--skip-server-warmup",
+    ]
+
+
+def _spec(*extra):
+    return _base() + eagle3_args(DRAFT_8B) + list(extra)
+
+
+# label -> (server args, env, concurrency or ramp)
+CONFIGS = {
+    "plain": (_base(), {}, 32),
+    "eagle3": (_spec(), {}, 16),
+    "alternate-1": (_spec("--speculative-switch-policy", "alternate",
+                          "--speculative-switch-alternate-period", "1"), DEBUG_ENV, 16),
+    "alternate-7-no-overlap": (_spec("--speculative-switch-policy", "alternate",
+                                     "--speculative-switch-alternate-period", "7",
+                                     "--disable-overlap-schedule"), DEBUG_ENV, 16),
+    "threshold-8-ramp": (_spec("--speculative-disable-batch-threshold", "8"), DEBUG_ENV, RAMP),
+    "threshold-0": (_spec("--speculative-disable-batch-threshold", "0"), DEBUG_ENV, 32),
+}
+ADAPTIVE = [k for k in CONFIGS if k not in ("plain", "eagle3")]
+
+STATS_RE = re.compile(
+    r"AdaptiveEAGLE decode batches: (\d+) \(plain (\d+), [\d.]+%; speculative (\d+)\), "
+    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?"
+)
+
+
+@dataclass
+class Run:
+    ids: list
+    log: str
+    error: str | None = None
+
+    def stats(self):
+        matches = STATS_RE.findall(self.log)
+        assert matches, "no AdaptiveEAGLE statistics in the server log"
+        total, plain, spec, switches, reserve = matches[-1]
+        return dict(total=int(total), plain=int(plain), spec=int(spec),
+                    switches=int(switches), max_reserve=int(reserve or 0))
+
+    def replays(self, mode: str) -> int:
+        return len(re.findall(rf"Decode graph replay: worker=target .* mode={mode} ", self.log))
+
+    def peak_running(self) -> int:
+        return max(int(x) for x in re.findall(r"Decode batch.*?#running-req: (\d+)", self.log))
+
+
+@pytest.fixture(scope="module")
+def runs():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    reqs = make_requests(NUM)
+    out = {}
+    summary = {}
+    for label, (args, env, concurrency) in CONFIGS.items():
+        srv = Server(label, args, env)
+        ids, error = None, None
+        try:
+            srv.start()
+            ids = output_ids(generate(srv.url, reqs, concurrency))
+        except Exception as e:  # recorded; the tests that need this run fail on it
+            error = str(e)[-4000:]
+        finally:
+            srv.stop()
+        out[label] = Run(ids, srv.log_text(), error)
+        summary[label] = {"error": error}
+        if label in ADAPTIVE and error is None:
+            summary[label].update(out[label].stats())
+            summary[label].update(decode_replays=out[label].replays("DECODE"),
+                                  verify_replays=out[label].replays("TARGET_VERIFY"))
+        if error is None:
+            summary[label]["peak_running"] = out[label].peak_running()
+    ref = out["plain"].ids
+    for label, run in out.items():
+        if run.ids is not None and ref is not None:
+            summary[label]["equal_requests"] = sum(a == b for a, b in zip(ref, run.ids))
+    path = os.path.join(os.environ.get("OUT", "/tmp"), "gpu-equality-summary.json")
+    with open(path, "w") as f:
+        json.dump({"num_requests": NUM, "configs": summary}, f, indent=1)
+    return out
+
+
+@pytest.mark.parametrize("label", [k for k in CONFIGS if k != "plain"])
+def test_greedy_tokens_equal_plain_server(runs, label):
+    assert runs["plain"].error is None, runs["plain"].error
+    assert runs[label].error is None, runs[label].error
+    ref, got = runs["plain"].ids, runs[label].ids
+    assert len(got) == len(ref) == NUM
+    assert first_mismatch(ref, got) is None, f"first mismatch (request, token, len): {first_mismatch(ref, got)}"
+
+
+@pytest.mark.parametrize("label", ADAPTIVE)
+def test_each_mode_replays_its_own_graphs(runs, label):
+    run = runs[label]
+    assert run.error is None, run.error
+    stats = run.stats()
+    # One target graph replay per decode batch, in the batch's mode: plain batches on
+    # DECODE graphs, speculative ones on TARGET_VERIFY graphs, and no eager fallback
+    # (every batch size here is captured).
+    assert run.replays("DECODE") == stats["plain"]
+    assert run.replays("TARGET_VERIFY") == stats["spec"]
+    if label.startswith("alternate"):
+        assert stats["plain"] > 0 and stats["spec"] > 0 and stats["switches"] > 0
+
+
+def test_always_plain_reserves_at_most_two_slots(runs):
+    run = runs["threshold-0"]
+    assert run.error is None, run.error
+    stats = run.stats()
+    assert stats["spec"] == 0 and stats["plain"] > 0
+    assert 1 <= stats["max_reserve"] <= 2
+
+
+def test_always_plain_admits_as_many_requests_as_plain_server(runs):
+    assert runs["threshold-0"].error is None and runs["plain"].error is None
+    assert runs["threshold-0"].peak_running() >= runs["plain"].peak_running()
+
+
+@pytest.mark.parametrize("label", ADAPTIVE)
+def test_debug_checks_stay_quiet(runs, label):
+    log = runs[label].log
+    for needle in ("memory leak", "Traceback", "AssertionError"):
+        assert needle not in log, f"{needle!r} in the {label} server log"

@@ -1,0 +1,62 @@
+"""Unit tests run on CPU against the installed, pinned SGLang (no mocks of its classes).
+
+SGLang's plugin loading is process-wide and idempotent, so the hooks are applied
+once per test session, through SGLang's own ``load_plugins()``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = REPO / "benchmark" / "models" / "llama3-8b"
+DRAFT = REPO / "benchmark" / "models" / "llama3-8b-eagle3"
+
+
+def eagle3_argv(*extra: str) -> list[str]:
+    """A CPU-resolvable EAGLE-3 command line on the shipped dummy configs."""
+    return [
+        "--device", "cpu", "--model-path", str(TARGET), "--load-format", "dummy",
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT),
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", *extra,
+    ]
+
+
+@pytest.fixture(scope="session")
+def plugins():
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+
+
+@pytest.fixture(scope="session")
+def parse(plugins):
+    """ServerArgs from a command line, through SGLang's own parser and our hooks."""
+    from sglang.srt.server_args import prepare_server_args
+
+    return prepare_server_args
+
+
+@pytest.fixture()
+def runtime_args(parse):
+    """Install ServerArgs in SGLang's runtime context, as a scheduler process does."""
+    from sglang.srt.runtime_context import get_context
+
+    def install(*extra: str):
+        server_args = parse(eagle3_argv(*extra))
+        get_context().set_server_args(server_args)
+        return server_args
+
+    return install
+
+
+@pytest.fixture(autouse=True)
+def _reset_controller():
+    from sglang_adaptive import controller
+
+    controller.reset()
+    yield
+    controller.reset()

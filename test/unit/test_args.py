@@ -1,0 +1,73 @@
+"""Flags reach ServerArgs through SGLang's own parser; bad combinations stop start-up."""
+
+import copy
+import pickle
+
+import pytest
+from conftest import TARGET, eagle3_argv
+
+from sglang_adaptive.args import ConfigError, get_config
+from sglang_adaptive.policy import PolicyConfig
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (eagle3_argv("--speculative-disable-batch-threshold", "-1"),
+         "--speculative-disable-batch-threshold must be >= 0, got -1."),
+        (["--device", "cpu", "--model-path", str(TARGET), "--speculative-disable-batch-threshold", "8"],
+         "--speculative-switch-policy threshold needs --speculative-algorithm EAGLE or EAGLE3, got none."),
+        (["--device", "cpu", "--model-path", str(TARGET), "--speculative-algorithm", "NGRAM",
+          "--speculative-switch-policy", "alternate"],
+         "--speculative-switch-policy alternate needs --speculative-algorithm EAGLE or EAGLE3, got NGRAM."),
+        (eagle3_argv("--speculative-disable-batch-threshold", "8", "--speculative-eagle-topk", "2"),
+         "supports --speculative-eagle-topk 1 only (chain drafts), got 2."),
+        (eagle3_argv("--speculative-disable-batch-threshold", "8", "--enable-dp-attention",
+                     "--dp-size", "2", "--tp-size", "2"),
+         "does not support DP attention (--enable-dp-attention) yet."),
+        (eagle3_argv("--speculative-disable-batch-threshold", "8", "--pp-size", "2"),
+         "does not support pipeline parallelism (--pp-size > 1)."),
+        (eagle3_argv("--speculative-disable-batch-threshold", "8", "--speculative-adaptive"),
+         "upstream --speculative-adaptive both pick the step count per batch; use one of them."),
+        (eagle3_argv("--speculative-disable-batch-threshold", "8", "--enable-multi-layer-eagle"),
+         "does not support --enable-multi-layer-eagle."),
+        (eagle3_argv("--speculative-switch-policy", "threshold"),
+         "--speculative-switch-policy threshold needs --speculative-disable-batch-threshold N."),
+        (eagle3_argv("--speculative-switch-policy", "alternate", "--speculative-disable-batch-threshold", "8"),
+         "--speculative-disable-batch-threshold only applies to the threshold policy, not 'alternate'."),
+        (eagle3_argv("--speculative-switch-alternate-period", "3"),
+         "--speculative-switch-alternate-period only applies to --speculative-switch-policy alternate."),
+        (eagle3_argv("--speculative-switch-policy", "alternate", "--speculative-switch-alternate-period", "0"),
+         "--speculative-switch-alternate-period must be >= 1, got 0."),
+    ],
+)
+def test_invalid_flags_stop_start_up_with_one_sentence(parse, argv, message):
+    with pytest.raises(ConfigError) as err:
+        parse(argv)
+    text = str(err.value)
+    assert text.startswith("sglang_adaptive: ") and text.endswith(message)
+    assert text.count(". ") == 0  # one sentence
+
+
+def test_threshold_reaches_server_args_and_survives_process_copies(parse):
+    server_args = parse(eagle3_argv("--speculative-disable-batch-threshold", "16"))
+    expected = PolicyConfig(policy="threshold", threshold=16, alternate_period=1)
+    assert get_config(server_args) == expected
+    # Scheduler processes receive a pickled copy; the draft worker a deepcopy.
+    assert get_config(pickle.loads(pickle.dumps(server_args))) == expected
+    assert get_config(copy.deepcopy(server_args)) == expected
+
+
+def test_alternate_policy_for_tests(parse):
+    server_args = parse(eagle3_argv("--speculative-switch-policy", "alternate",
+                                    "--speculative-switch-alternate-period", "7"))
+    assert get_config(server_args) == PolicyConfig("alternate", None, 7)
+
+
+def test_no_flags_means_policy_off(parse):
+    assert not get_config(parse(eagle3_argv())).enabled
+    assert not get_config(parse(["--device", "cpu", "--model-path", str(TARGET)])).enabled
+
+
+def test_server_args_built_without_cli_default_to_off():
+    assert get_config(object()) == PolicyConfig()

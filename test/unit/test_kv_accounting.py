@@ -1,0 +1,150 @@
+"""KV slot accounting of mixed speculative/plain decode, through upstream's own code.
+
+ScheduleBatch.check_decode_mem / new_tokens_required_next_decode /
+prepare_for_decode -> eagle_prepare_for_decode run for real (with this package's
+hooks); only the GPU kernel that writes slot ids into req_to_token is replaced by
+a recorder, since this machine has no GPU. A simulated spec-v2 timeline then checks
+the invariant every decode step depends on: the slots allocated to a request cover
+every position the in-flight batch and the next batch may write.
+"""
+
+import random
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+from sglang_adaptive import controller as ctl
+from sglang_adaptive.policy import AlternatePolicy, ModePolicy, ThresholdPolicy
+
+NUM_DRAFT_TOKENS = 4  # --speculative-num-steps 3, topk 1
+
+
+class ScriptedPolicy(ModePolicy):
+    """Random but reproducible modes; pure between launches like every policy."""
+
+    def __init__(self, seed):
+        self.rng = random.Random(seed)
+        self.next = True
+
+    def speculate(self, batch_size):
+        return self.next
+
+    def on_launch(self, speculative):
+        self.next = self.rng.random() < 0.5
+
+
+@pytest.fixture()
+def make_batch(runtime_args, monkeypatch):
+    import sglang.srt.speculative.eagle_utils as eagle_utils
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runtime_args()
+    allocated = {"tokens": 0}
+
+    def record_alloc(tree_cache, req_to_token_pool, *, reqs, nxt_kv_lens_cpu, num_needed_tokens, **_):
+        # What upstream's alloc_for_spec_decode does on the host side.
+        allocated["tokens"] += num_needed_tokens
+        for i, req in enumerate(reqs):
+            req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, int(nxt_kv_lens_cpu[i]))
+
+    monkeypatch.setattr(eagle_utils, "alloc_for_spec_decode", record_alloc)
+
+    def make(num_reqs, prompt_len=100, overlap=True, free_tokens=10**9):
+        reqs = [NS(kv_committed_len=prompt_len, kv=NS(kv_allocated_len=prompt_len),
+                   decode_batch_idx=0, grammar=None) for _ in range(num_reqs)]
+        allocator = NS(page_size=1, available_size=lambda: free_tokens)
+        tree_cache = NS(supports_swa=lambda: False, is_chunk_cache=lambda: True,
+                        token_to_kv_pool_allocator=allocator)
+        batch = ScheduleBatch.__new__(ScheduleBatch)
+        batch.__dict__.update(
+            reqs=reqs, token_to_kv_pool_allocator=allocator, tree_cache=tree_cache,
+            spec_algorithm=SpeculativeAlgorithm.EAGLE3, has_grammar=False,
+            enable_overlap=overlap, device="cpu", req_to_token_pool=None,
+            req_pool_indices=torch.arange(num_reqs), input_embeds=None, forward_mode=None,
+            sampling_info=NS(penalizer_orchestrator=NS(is_required=False)),
+        )
+        return batch, allocated
+
+    return make
+
+
+def run_timeline(batch, steps, seed, overlap):
+    """Drive prepare -> launch -> process like the scheduler and check every step."""
+    rng = random.Random(seed)
+    true_len = [r.kv_committed_len for r in batch.reqs]  # GPU truth: S before the bonus token
+    in_flight = None  # (widths, accepts) of the launched, unprocessed batch
+    modes = []
+    for _ in range(steps):
+        assert batch.check_decode_mem()
+        batch.prepare_for_decode()
+        spec = getattr(batch, ctl.BATCH_FLAG)
+        modes.append(spec)
+        width = NUM_DRAFT_TOKENS if spec else 1
+        if overlap and in_flight is not None:
+            # The previous batch is still running: it may accept its whole width.
+            starts = [s + a for s, a in zip(true_len, in_flight)]
+        else:
+            starts = true_len
+        for req, start in zip(batch.reqs, starts):
+            assert req.kv.kv_allocated_len >= start + width, (modes, req.kv.kv_allocated_len, start)
+        accepts = [rng.randint(1, width) for _ in batch.reqs]
+        if overlap:
+            if in_flight is not None:  # process the previous batch after launching this one
+                for i, req in enumerate(batch.reqs):
+                    req.kv_committed_len += in_flight[i]
+                    true_len[i] += in_flight[i]
+            in_flight = accepts
+        else:
+            for i, req in enumerate(batch.reqs):
+                req.kv_committed_len += accepts[i]
+                true_len[i] += accepts[i]
+    return modes
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+@pytest.mark.parametrize("seed", range(4))
+def test_reserve_covers_every_write_across_random_switches(make_batch, overlap, seed):
+    batch, _ = make_batch(5, overlap=overlap)
+    ctl.install(ctl.AdaptiveModeController(ScriptedPolicy(seed), spec_width=NUM_DRAFT_TOKENS))
+    modes = run_timeline(batch, 60, seed, overlap)
+    assert True in modes and False in modes
+
+
+@pytest.mark.parametrize("period", [1, 7])
+def test_reserve_covers_every_write_when_alternating(make_batch, period):
+    batch, _ = make_batch(3)
+    ctl.install(ctl.AdaptiveModeController(AlternatePolicy(period), spec_width=NUM_DRAFT_TOKENS))
+    run_timeline(batch, 40, period, overlap=True)
+
+
+@pytest.mark.parametrize("overlap, reserve", [(True, 2), (False, 1)])
+def test_always_plain_keeps_at_most_two_slots_ahead(make_batch, overlap, reserve):
+    batch, allocated = make_batch(8, overlap=overlap)
+    ctl.install(ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=NUM_DRAFT_TOKENS))
+    run_timeline(batch, 30, 0, overlap)
+    for req in batch.reqs:
+        assert req.kv.kv_allocated_len - req.kv_committed_len <= reserve
+    # One new slot per request per step, as a non-speculative server allocates.
+    assert allocated["tokens"] == 8 * 30
+
+
+def test_memory_check_uses_the_mode_reserve(make_batch):
+    from sglang.srt.mem_cache.allocation_sizing import get_alloc_reserve_per_decode
+
+    batch, _ = make_batch(8, free_tokens=8 * 2)
+    ctl.install(ctl.AdaptiveModeController(ThresholdPolicy(4), spec_width=NUM_DRAFT_TOKENS))
+    # 8 requests > threshold: plain, 2 slots each fit in 16 free tokens.
+    assert batch.check_decode_mem()
+    # Retraction asks for a subset of 4: speculative, 2 x 4 slots each do not fit.
+    assert not batch.check_decode_mem(selected_indices=[0, 1, 2, 3])
+    assert get_alloc_reserve_per_decode() == 2 * NUM_DRAFT_TOKENS  # outside a check
+
+
+def test_static_eagle_is_untouched(make_batch):
+    batch, _ = make_batch(6)
+    assert not ctl.current().active
+    batch.prepare_for_decode()
+    assert getattr(batch, ctl.BATCH_FLAG) is True
+    assert all(r.kv.kv_allocated_len == 100 + 2 * NUM_DRAFT_TOKENS for r in batch.reqs)
