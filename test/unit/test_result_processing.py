@@ -35,7 +35,7 @@ def processor(runtime_args):
     return proc, calls
 
 
-def make_batch(n, max_new_tokens=10):
+def make_batch(n, max_new_tokens=10, return_logprob=False):
     from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
     from sglang.srt.sampling.sampling_params import SamplingParams
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -44,20 +44,21 @@ def make_batch(n, max_new_tokens=10):
     for i in range(n):
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=True)
         params.normalize(None)
-        req = Req(f"r{i}", "", [1, 2, 3], params, vocab_size=128256)
+        req = Req(f"r{i}", "", [1, 2, 3], params, vocab_size=128256, return_logprob=return_logprob)
         req.kv_committed_len = 3
         reqs.append(req)
     batch = ScheduleBatch.__new__(ScheduleBatch)
     batch.__dict__.update(reqs=reqs, spec_algorithm=SpeculativeAlgorithm.EAGLE3,
-                          return_logprob=False, forward_iter=1)
+                          return_logprob=return_logprob, forward_iter=1)
     return batch
 
 
-def result(**fields):
+def result(logprobs=None, **fields):
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.managers.utils import GenerationBatchResult
 
-    return GenerationBatchResult(logits_output=LogitsProcessorOutput(next_token_logits=None), **fields)
+    logits = LogitsProcessorOutput(next_token_logits=None, next_token_logprobs=logprobs)
+    return GenerationBatchResult(logits_output=logits, **fields)
 
 
 def test_plain_result_is_one_plain_token_per_request(processor):
@@ -88,6 +89,18 @@ def test_plain_result_skips_requests_that_already_finished(processor):
     proc.process_batch_result_decode(batch, res)
     assert [list(r.output_ids) for r in batch.reqs] == [[], [6]]
     assert [r.kv_committed_len for r in batch.reqs] == [3, 4]
+
+
+def test_plain_result_logprobs_have_the_plain_shape(processor):
+    proc, _ = processor
+    batch = make_batch(2, return_logprob=True)
+    # A DECODE forward returns one logprob per request: [bs], not [bs, accepted].
+    res = result(next_token_ids=torch.tensor([5, 6]), speculative_num_draft_tokens=1,
+                 logprobs=torch.tensor([-0.5, -1.5]))
+    setattr(res, ctl.RESULT_FLAG, True)
+    proc.process_batch_result_decode(batch, res)
+    assert [r.logprob.output_token_logprobs_val for r in batch.reqs] == [[-0.5], [-1.5]]
+    assert [r.logprob.output_token_logprobs_idx for r in batch.reqs] == [[5], [6]]
 
 
 def test_speculative_result_is_processed_as_before(processor):
