@@ -17,13 +17,12 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from harness import (
+from sglang_adaptive.testing import (
     COMMON_ARGS,
-    DRAFT_8B,
-    TARGET_8B,
     Server,
     eagle3_args,
     first_mismatch,
@@ -33,6 +32,10 @@ from harness import (
 )
 
 pytestmark = pytest.mark.gpu
+
+MODELS = Path(__file__).resolve().parents[2] / "benchmark" / "models"
+TARGET_8B = MODELS / "llama3-8b"
+DRAFT_8B = MODELS / "llama3-8b-eagle3"
 
 NUM = int(os.environ.get("ADAPTIVE_GPU_NUM", "200"))
 MAX_BS = 32

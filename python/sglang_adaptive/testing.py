@@ -1,15 +1,13 @@
-"""Start SGLang servers on the GPU host and drive them with fixed requests.
+"""Test and benchmark aids: start SGLang servers in turn and drive them with fixed requests.
 
-Used by the gpu tests and by hand (``python test/gpu/harness.py --help``). Servers
-run with ``--skip-tokenizer-init`` and take token ids; each is stopped before the
-next starts, so one GPU runs them in turn.
+Used by the GPU tests and the benchmark scripts. Servers run with
+``--skip-tokenizer-init`` and take token ids; each is stopped before the next
+starts, so one GPU runs them in turn.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -22,11 +20,6 @@ from pathlib import Path
 
 import aiohttp
 
-REPO = Path(__file__).resolve().parents[2]
-MODELS = REPO / "benchmark" / "models"
-TARGET_8B = MODELS / "llama3-8b"
-DRAFT_8B = MODELS / "llama3-8b-eagle3"
-
 COMMON_ARGS = [
     "--attention-backend", "triton",
     "--sampling-backend", "pytorch",
@@ -36,7 +29,7 @@ COMMON_ARGS = [
 ]
 
 
-def eagle3_args(draft: Path, steps: int = 3) -> list[str]:
+def eagle3_args(draft, steps: int = 3) -> list[str]:
     return [
         "--speculative-algorithm", "EAGLE3",
         "--speculative-draft-model-path", str(draft),
@@ -171,19 +164,3 @@ def first_mismatch(a: list[list[int]], b: list[list[int]]):
             j = next((k for k, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
             return i, j, len(x)
     return None
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description="Run fixed greedy requests against one server config.")
-    p.add_argument("--label", required=True)
-    p.add_argument("--num", type=int, default=64)
-    p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--out", default=None, help="write output ids as JSON here")
-    p.add_argument("server_args", nargs=argparse.REMAINDER)
-    a = p.parse_args()
-    srv = Server(a.label, a.server_args)
-    with srv:
-        res = generate(srv.url, make_requests(a.num), a.concurrency)
-    if a.out:
-        Path(a.out).write_text(json.dumps(output_ids(res)))
-    print(json.dumps({"label": a.label, "requests": len(res)}))

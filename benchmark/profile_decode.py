@@ -1,0 +1,107 @@
+"""Profile steady decode under load and summarise where the GPU time goes.
+
+Starts one server configuration, drives it with a closed loop at a fixed
+concurrency, records ``--steps`` forward steps with SGLang's own profiler
+(``/start_profile``), stops the server and writes a small JSON summary: the span of
+the profiled window, how much of it the GPU was busy (union of kernel intervals),
+the mean gap between consecutive CUDA-graph launches, and the top kernels by time.
+Comparing the summary of two configurations (a plain server and the adaptive
+worker in plain mode, say) separates a GPU-work difference (kernel totals) from a
+pipeline stall (lower busy share).
+
+usage (GPU host, from the repo root):
+  python benchmark/profile_decode.py --label plain -- <server args>
+  python benchmark/profile_decode.py --label adaptive-plain -- <server args> \\
+      --speculative-disable-batch-threshold 0
+Output: $OUT/profile-LABEL.json (and the raw trace under $OUT/trace-LABEL/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+from sglang_adaptive.testing import Server, generate, make_requests
+
+
+def summarise(trace_path: str, top: int = 15) -> dict:
+    opener = gzip.open if trace_path.endswith(".gz") else open
+    with opener(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    launches = sorted(e["ts"] for e in events if e.get("name") == "cudaGraphLaunch")
+    if not kernels:
+        return {"error": "no kernel events in the trace"}
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels)
+    busy, cur_start, cur_end = 0.0, *spans[0]
+    for start, end in spans[1:]:
+        if start > cur_end:
+            busy += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    busy += cur_end - cur_start
+    window = spans[-1][1] - spans[0][0]
+    per_kernel = defaultdict(float)
+    for e in kernels:
+        per_kernel[e["name"][:120]] += e["dur"]
+    gaps = [b - a for a, b in zip(launches, launches[1:])]
+    return {
+        "window_ms": round(window / 1e3, 3),
+        "gpu_busy_share": round(busy / window, 4),
+        "kernel_time_ms": round(sum(e["dur"] for e in kernels) / 1e3, 3),
+        "graph_launches": len(launches),
+        "mean_launch_gap_ms": round(sum(gaps) / len(gaps) / 1e3, 3) if gaps else None,
+        "top_kernels_ms": {k: round(v / 1e3, 3) for k, v in
+                           sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]},
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--label", required=True)
+    p.add_argument("--concurrency", type=int, default=128)
+    p.add_argument("--num", type=int, default=512)
+    p.add_argument("--input-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--warmup-s", type=float, default=6.0, help="load time before profiling")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("server_args", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    server_args = [x for x in a.server_args if x != "--"]
+    out = Path(os.environ.get("OUT", "/tmp"))
+    trace_dir = out / f"trace-{a.label}"
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    reqs = make_requests(a.num, in_range=(a.input_len, a.input_len),
+                         out_range=(a.output_len, a.output_len))
+    with Server(a.label, server_args, log_dir=out) as srv:
+        load = threading.Thread(target=generate, args=(srv.url, reqs, a.concurrency), daemon=True)
+        load.start()
+        time.sleep(a.warmup_s)
+        body = json.dumps({"output_dir": str(trace_dir), "num_steps": a.steps,
+                           "activities": ["CPU", "GPU"]}).encode()
+        req = urllib.request.Request(srv.url + "/start_profile", data=body,
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=600).read()
+        load.join()
+        deadline = time.time() + 120  # the profiler writes its trace after the last step
+        while not glob.glob(str(trace_dir / "*.trace.json*")) and time.time() < deadline:
+            time.sleep(2)
+    traces = sorted(glob.glob(str(trace_dir / "*.trace.json*")))
+    summary = {"label": a.label, "concurrency": a.concurrency, "steps": a.steps,
+               "trace": traces[-1] if traces else None}
+    summary.update(summarise(traces[-1]) if traces else {"error": "no trace written"})
+    (out / f"profile-{a.label}.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()
