@@ -78,17 +78,18 @@ class ModeState:
 
 
 @contextlib.contextmanager
-def plain_mode(model_runner, plain: ModeState, spec: ModeState):
-    plain.apply(model_runner)
+def installed(model_runner, state: ModeState):
+    """Install ``state`` on the runner for the block, then put back what was there."""
+    previous = ModeState.of_runner("previous", model_runner, None)
+    state.apply(model_runner)
     try:
         yield
     finally:
-        spec.apply(model_runner)
+        previous.apply(model_runner)
 
 
 def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> tuple[ModeState, float, float]:
     """Build the plain bundle; returns it with the GPU memory (GiB) and seconds it took."""
-    spec = ModeState.of_runner("speculative", model_runner, up.CaptureHiddenMode.FULL)
     tic = time.perf_counter()
     before = up.get_available_gpu_memory(device, gpu_id)
     plain = ModeState(
@@ -99,8 +100,7 @@ def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> t
         capture_hidden_mode=capture_hidden_mode,
     )
     backup_workspace = model_runner.init_new_workspace
-    plain.apply(model_runner)
-    try:
+    with installed(model_runner, plain):
         # A new workspace: the verify backend's buffers stay bound to its graphs.
         plain.attn_backend = model_runner._get_attention_backend(init_new_workspace=True)
         model_runner.attn_backend = plain.attn_backend
@@ -112,9 +112,7 @@ def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> t
                 speculative_num_steps=0,
                 speculative_num_draft_tokens=1,
             )
-    finally:
-        model_runner.init_new_workspace = backup_workspace
-        spec.apply(model_runner)
+    model_runner.init_new_workspace = backup_workspace
     used_gib = before - up.get_available_gpu_memory(device, gpu_id)
     return plain, used_gib, time.perf_counter() - tic
 

@@ -27,7 +27,7 @@ import torch
 
 from sglang_adaptive import controller as ctl
 from sglang_adaptive.args import get_config
-from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, plain_mode
+from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, installed
 from sglang_adaptive.policy import make_policy
 from sglang_adaptive.upstream import sglang_symbols as up
 
@@ -54,7 +54,6 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             if self.speculative_algorithm.is_eagle3()
             else up.CaptureHiddenMode.NULL
         )
-        self._spec_state: ModeState | None = None
         self._plain_state: ModeState | None = None
         # The runner whose read-done event fences the scheduler's next writes: the
         # draft runner after a speculative step (draft-extend reads last), the
@@ -71,10 +70,11 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
 
     def init_cuda_graphs(self):
         super().init_cuda_graphs()
-        runner = self._target_worker.model_runner
-        self._spec_state = ModeState.of_runner("speculative", runner, up.CaptureHiddenMode.FULL)
         self._plain_state, mem_gib, seconds = build_plain_state(
-            runner, self._plain_capture_mode, device=self.device, gpu_id=self.gpu_id
+            self._target_worker.model_runner,
+            self._plain_capture_mode,
+            device=self.device,
+            gpu_id=self.gpu_id,
         )
         self._additional_graph_memory_usage["plain_decode"] = mem_gib
         self._additional_graph_time_usage["plain_decode"] = seconds
@@ -134,7 +134,7 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         batch.spec_info = None
         batch.spec_algorithm = up.SpeculativeAlgorithm.NONE
 
-        with plain_mode(runner, self._plain_state, self._spec_state):
+        with installed(runner, self._plain_state):
             forward_batch = up.ForwardBatch.init_new(
                 batch,
                 runner,
