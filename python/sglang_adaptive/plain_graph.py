@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from sglang_adaptive.upstream import sglang_symbols as up
+from sglang_adaptive.upstream import MODEL_RUNNER_ATTRIBUTES, check_instance, sglang_symbols as up
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ def installed(model_runner, state: ModeState):
 
 def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> tuple[ModeState, float, float]:
     """Build the plain bundle; returns it with the GPU memory (GiB) and seconds it took."""
+    check_instance(model_runner, MODEL_RUNNER_ATTRIBUTES, "ModelRunner instance")
     tic = time.perf_counter()
     before = up.get_available_gpu_memory(device, gpu_id)
     plain = ModeState(

@@ -9,6 +9,7 @@ process and stops start-up with one sentence naming what drifted.
 
 from __future__ import annotations
 
+import dataclasses
 import pkgutil
 from dataclasses import dataclass
 from importlib import metadata
@@ -74,6 +75,7 @@ SYMBOLS: dict[str, str] = {
     "log_info_on_rank0": "sglang.srt.utils.common.log_info_on_rank0",
     "HookRegistry": "sglang.srt.plugins.hook_registry.HookRegistry",
     "HookType": "sglang.srt.plugins.hook_registry.HookType",
+    "ScheduleBatch": "sglang.srt.managers.schedule_batch.ScheduleBatch",
 }
 
 # Attributes of upstream objects the worker reads or swaps; checked on the classes
@@ -87,6 +89,42 @@ ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("GenerationBatchResult", "copy_to_cpu"),
     ("HookRegistry", "apply_hooks"),  # wrapped by plugin.register to verify the hooks
 )
+
+
+# Dataclass fields read or written on upstream objects; checked at start-up.
+FIELDS: dict[str, tuple[str, ...]] = {
+    "ScheduleBatch": (
+        "reqs", "spec_algorithm", "spec_info", "forward_mode", "is_extend_in_batch",
+        "has_grammar", "enable_overlap", "input_ids", "out_cache_loc", "req_pool_indices",
+        "seq_lens", "seq_lens_cpu", "seq_lens_sum",
+    ),
+    "GenerationBatchResult": (
+        "next_token_ids", "next_draft_input", "new_seq_lens", "accept_lens",
+        "speculative_num_draft_tokens", "extra_keep_alive_refs",
+    ),
+    "EagleDraftInput": (
+        "bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_probs",
+        "dsa_topk_indices", "capture_hidden_mode",
+    ),
+}
+
+# Instance attributes set in upstream constructors; checked on the live objects
+# (the worker after EAGLEWorkerV2.__init__, the target runner before capture).
+WORKER_ATTRIBUTES = (
+    "_target_worker", "_draft_worker", "speculative_algorithm", "speculative_num_steps",
+    "speculative_num_draft_tokens", "topk", "device", "gpu_id",
+    "_additional_graph_memory_usage", "_additional_graph_time_usage",
+)
+MODEL_RUNNER_ATTRIBUTES = (
+    "attn_backend", "decode_cuda_graph_runner", "spec_algorithm", "init_new_workspace",
+    "_get_attention_backend",
+)
+
+
+def check_instance(obj, names, what: str) -> None:
+    missing = [n for n in names if not hasattr(obj, n)]
+    if missing:
+        raise UpstreamDriftError(_drift_sentence(f"{what}.{missing[0]}", "does not exist"))
 
 
 class _Symbols:
@@ -180,3 +218,8 @@ def verify() -> None:
     for owner, attr in ATTRIBUTES:
         if not hasattr(getattr(sglang_symbols, owner), attr):
             raise UpstreamDriftError(_drift_sentence(f"{SYMBOLS[owner]}.{attr}", "does not exist"))
+    for owner, names in FIELDS.items():
+        fields = {f.name for f in dataclasses.fields(getattr(sglang_symbols, owner))}
+        for name in names:
+            if name not in fields:
+                raise UpstreamDriftError(_drift_sentence(f"{SYMBOLS[owner]}.{name}", "is not a field"))

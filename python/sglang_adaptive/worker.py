@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from sglang_adaptive import controller as ctl
+from sglang_adaptive import controller as ctl, upstream
 from sglang_adaptive.args import get_config
 from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, installed
 from sglang_adaptive.policy import make_policy
@@ -39,6 +39,7 @@ AUDIT_KV_ENV = "SGLANG_ADAPTIVE_AUDIT_KV"
 class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
     def __init__(self, server_args, gpu_id, ps, nccl_port, target_worker):
         super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
+        upstream.check_instance(self, upstream.WORKER_ATTRIBUTES, "EAGLEWorkerV2 instance")
         config = get_config(server_args)
         self.controller = ctl.AdaptiveModeController(
             make_policy(config),

@@ -37,6 +37,15 @@ def test_hooked_symbols_are_the_ones_code_paths_use(plugins):
         assert upstream.applied_hook(target, impl) is impl
 
 
+def test_instance_attributes_are_checked_on_live_objects():
+    from types import SimpleNamespace as NS
+
+    upstream.check_instance(NS(attn_backend=1), ("attn_backend",), "ModelRunner instance")
+    with pytest.raises(upstream.UpstreamDriftError, match=r"ModelRunner instance\.init_new_workspace does not exist"):
+        upstream.check_instance(NS(attn_backend=1), ("attn_backend", "init_new_workspace"),
+                                "ModelRunner instance")
+
+
 def _start_up(prelude: str) -> subprocess.CompletedProcess:
     code = textwrap.dedent(prelude) + "\nfrom sglang.srt.plugins import load_plugins\nload_plugins()\n"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
