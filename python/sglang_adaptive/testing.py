@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -164,3 +165,60 @@ def first_mismatch(a: list[list[int]], b: list[list[int]]):
             j = next((k for k, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
             return i, j, len(x)
     return None
+
+
+STATS_RE = re.compile(
+    r"AdaptiveEAGLE decode batches: (\d+) \(plain (\d+), [\d.]+%; speculative (\d+)\), "
+    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?"
+)
+
+
+@dataclass
+class Run:
+    """What one server configuration produced: responses and its log."""
+
+    results: list | None
+    log: str
+    error: str | None = None
+
+    @property
+    def ids(self):
+        return None if self.results is None else output_ids(self.results)
+
+    def stats(self) -> dict:
+        """The adaptive worker's last statistics line (needs --decode-log-interval 1)."""
+        matches = STATS_RE.findall(self.log)
+        assert matches, "no AdaptiveEAGLE statistics in the server log"
+        total, plain, spec, switches, reserve = matches[-1]
+        return dict(total=int(total), plain=int(plain), spec=int(spec),
+                    switches=int(switches), max_reserve=int(reserve or 0))
+
+    def replays(self, mode: str) -> int:
+        """Target decode-graph replays in ``mode`` (needs SGLANG_LOG_DECODE_GRAPH_KEY=1)."""
+        return len(re.findall(rf"Decode graph replay: worker=target .* mode={mode} ", self.log))
+
+    def peak_running(self) -> int:
+        return max(int(x) for x in re.findall(r"Decode batch.*?#running-req: (\d+)", self.log))
+
+    def accept_length(self) -> float:
+        """Tokens per verify over all requests (meaningful when every step speculates)."""
+        tokens = sum(r["meta_info"]["completion_tokens"] for r in self.results)
+        verifies = sum(r["meta_info"].get("spec_verify_ct", 0) for r in self.results)
+        return tokens / verifies if verifies else float("nan")
+
+
+def run_configs(configs: dict, reqs: list[dict]) -> dict[str, Run]:
+    """Start each ``label -> (server args, env, concurrency)`` in turn and send ``reqs``."""
+    runs = {}
+    for label, (args, env, concurrency) in configs.items():
+        srv = Server(label, args, env)
+        results, error = None, None
+        try:
+            srv.start()
+            results = generate(srv.url, reqs, concurrency)
+        except Exception as e:  # recorded; the tests that need this run fail on it
+            error = str(e)[-4000:]
+        finally:
+            srv.stop()
+        runs[label] = Run(results, srv.log_text() if srv.log_path.exists() else "", error)
+    return runs

@@ -15,21 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from sglang_adaptive.testing import (
-    COMMON_ARGS,
-    Server,
-    eagle3_args,
-    first_mismatch,
-    generate,
-    make_requests,
-    output_ids,
-)
+from sglang_adaptive.testing import COMMON_ARGS, eagle3_args, first_mismatch, make_requests, run_configs
 
 pytestmark = pytest.mark.gpu
 
@@ -77,62 +67,22 @@ CONFIGS = {
 }
 ADAPTIVE = [k for k in CONFIGS if k not in ("plain", "eagle3")]
 
-STATS_RE = re.compile(
-    r"AdaptiveEAGLE decode batches: (\d+) \(plain (\d+), [\d.]+%; speculative (\d+)\), "
-    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?"
-)
-
-
-@dataclass
-class Run:
-    ids: list
-    log: str
-    error: str | None = None
-
-    def stats(self):
-        matches = STATS_RE.findall(self.log)
-        assert matches, "no AdaptiveEAGLE statistics in the server log"
-        total, plain, spec, switches, reserve = matches[-1]
-        return dict(total=int(total), plain=int(plain), spec=int(spec),
-                    switches=int(switches), max_reserve=int(reserve or 0))
-
-    def replays(self, mode: str) -> int:
-        return len(re.findall(rf"Decode graph replay: worker=target .* mode={mode} ", self.log))
-
-    def peak_running(self) -> int:
-        return max(int(x) for x in re.findall(r"Decode batch.*?#running-req: (\d+)", self.log))
-
-
 @pytest.fixture(scope="module")
 def runs():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    reqs = make_requests(NUM)
-    out = {}
+    out = run_configs(CONFIGS, make_requests(NUM))
     summary = {}
-    for label, (args, env, concurrency) in CONFIGS.items():
-        srv = Server(label, args, env)
-        ids, error = None, None
-        try:
-            srv.start()
-            ids = output_ids(generate(srv.url, reqs, concurrency))
-        except Exception as e:  # recorded; the tests that need this run fail on it
-            error = str(e)[-4000:]
-        finally:
-            srv.stop()
-        out[label] = Run(ids, srv.log_text(), error)
-        summary[label] = {"error": error}
-        if label in ADAPTIVE and error is None:
-            summary[label].update(out[label].stats())
-            summary[label].update(decode_replays=out[label].replays("DECODE"),
-                                  verify_replays=out[label].replays("TARGET_VERIFY"))
-        if error is None:
-            summary[label]["peak_running"] = out[label].peak_running()
-    ref = out["plain"].ids
     for label, run in out.items():
-        if run.ids is not None and ref is not None:
-            summary[label]["equal_requests"] = sum(a == b for a, b in zip(ref, run.ids))
+        summary[label] = {"error": run.error}
+        if run.error is not None:
+            continue
+        summary[label]["peak_running"] = run.peak_running()
+        summary[label]["equal_requests"] = sum(a == b for a, b in zip(out["plain"].ids or [], run.ids))
+        if label in ADAPTIVE:
+            summary[label].update(run.stats(), decode_replays=run.replays("DECODE"),
+                                  verify_replays=run.replays("TARGET_VERIFY"))
     path = os.path.join(os.environ.get("OUT", "/tmp"), "gpu-equality-summary.json")
     with open(path, "w") as f:
         json.dump({"num_requests": NUM, "configs": summary}, f, indent=1)

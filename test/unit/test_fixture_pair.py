@@ -1,0 +1,47 @@
+"""The committed tiny target/draft pair: small, loadable, and shaped for SGLang."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+PAIR = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-pair"
+pytestmark = pytest.mark.skipif(not (PAIR / "eagle3").exists(), reason="fixture not generated")
+
+
+def test_fits_the_size_budget():
+    size = sum(p.stat().st_size for p in PAIR.rglob("*") if p.is_file())
+    assert size <= 3 * 1024 * 1024
+
+
+def test_target_loads_with_the_real_hf_loader_and_generates():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(PAIR / "target")
+    model = AutoModelForCausalLM.from_pretrained(PAIR / "target", dtype=torch.float32)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    ids = tok("def main():\n    ", return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
+    again = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
+    assert torch.equal(out, again) and out.shape[1] == ids.shape[1] + 12
+    assert tok.decode(ids[0]) == "def main():\n    "
+
+
+def test_draft_checkpoint_matches_sglang_eagle3_names():
+    from safetensors import safe_open
+
+    config = json.loads((PAIR / "eagle3" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    with safe_open(str(PAIR / "eagle3" / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    layer = "layers.0."
+    expected = {"fc.weight", "norm.weight", "lm_head.weight"} | {
+        layer + name + ".weight" for name in (
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+            "input_layernorm", "hidden_norm", "post_attention_layernorm")}
+    # llama_eagle3.load_weights silently skips names it does not know: be exact.
+    assert keys == expected
+
