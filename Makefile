@@ -27,7 +27,8 @@ gpu-test: require-gpu install
 # Main job: serve the shipped dummy Llama-3-8B-shaped pair in each mode and compare.
 bench: require-gpu install
 	PATH="$(abspath $(BIN)):$$PATH" OUT="$${OUT:-benchmark/results/latest}" \
-		sh -c 'mkdir -p "$$OUT" && benchmark/compare_adaptive.sh "$(CONCURRENCIES)"'
+		sh -c 'mkdir -p "$$OUT" && benchmark/compare_adaptive.sh "$(CONCURRENCIES)" \
+		&& python benchmark/report.py "$$OUT/compare.jsonl"'
 
 require-gpu:
 	@command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { \
