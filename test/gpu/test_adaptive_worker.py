@@ -6,7 +6,7 @@ greedy requests (mixed prompt and output lengths). Every test then reads what th
 run produced. Run on the GPU host:
 
     source .gpu-bundle/gpu/setup-host.sh && source scripts/install-on-gpu-host.sh
-    python -m pytest -m gpu test/gpu -v
+    python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v   # ~9 min on one H200
 
 ``ADAPTIVE_GPU_NUM`` sets the number of requests (default 200).
 """
@@ -29,7 +29,7 @@ DRAFT_8B = MODELS / "llama3-8b-eagle3"
 
 NUM = int(os.environ.get("ADAPTIVE_GPU_NUM", "200"))
 MAX_BS = 32
-# Small enough that 32 concurrent requests press on it (retraction included).
+# Small enough that 32 concurrent requests press on it (and may force retraction).
 MAX_TOTAL_TOKENS = 10000
 DEBUG_ENV = {
     "SGLANG_LOG_DECODE_GRAPH_KEY": "1",
