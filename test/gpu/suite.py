@@ -1,0 +1,125 @@
+"""The core-worker correctness suite, shared by every target/draft pair.
+
+A test module defines ``PAIR_LABEL``, builds ``configs(base_args, draft_dir)`` and
+a module-scoped ``runs`` fixture with ``collect(...)``, then imports the tests with
+``from suite import *``: pytest collects them in that module, against that pair.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from sglang_adaptive.testing import COMMON_ARGS, eagle3_args, first_mismatch, run_configs
+
+MAX_BS = 32
+DEBUG_ENV = {
+    "SGLANG_LOG_DECODE_GRAPH_KEY": "1",
+    "SGLANG_IS_IN_CI": "1",
+    "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1",
+    "SGLANG_ADAPTIVE_AUDIT_KV": "1",
+}
+RAMP = [(0, 1), (20, 4), (60, 16), (120, 32)]
+LABELS = ("plain", "eagle3", "alternate-1", "alternate-7-no-overlap", "threshold-8-ramp", "threshold-0")
+ADAPTIVE = LABELS[2:]
+
+__all__ = [
+    "test_greedy_tokens_equal_plain_server",
+    "test_each_mode_replays_its_own_graphs",
+    "test_always_plain_reserves_at_most_two_slots",
+    "test_always_plain_admits_as_many_requests_as_plain_server",
+    "test_debug_checks_stay_quiet",
+]
+
+
+def base_args(*model_args: str) -> list[str]:
+    return COMMON_ARGS + [
+        *model_args,
+        "--max-running-requests", str(MAX_BS), "--cuda-graph-max-bs", str(MAX_BS),
+        "--decode-log-interval", "1", "--skip-server-warmup",
+    ]
+
+
+def configs(base: list[str], draft) -> dict:
+    """label -> (server args, env, concurrency or ramp)."""
+    spec = base + eagle3_args(draft)
+    return {
+        "plain": (base, {}, 32),
+        "eagle3": (spec, {}, 16),
+        "alternate-1": (spec + ["--speculative-switch-policy", "alternate",
+                                "--speculative-switch-alternate-period", "1"], DEBUG_ENV, 16),
+        "alternate-7-no-overlap": (spec + ["--speculative-switch-policy", "alternate",
+                                           "--speculative-switch-alternate-period", "7",
+                                           "--disable-overlap-schedule"], DEBUG_ENV, 16),
+        "threshold-8-ramp": (spec + ["--speculative-disable-batch-threshold", "8"], DEBUG_ENV, RAMP),
+        "threshold-0": (spec + ["--speculative-disable-batch-threshold", "0"], DEBUG_ENV, 32),
+    }
+
+
+def collect(pair_label: str, config_table: dict, reqs: list[dict]):
+    """Run every configuration (skips without a GPU) and write a JSON summary under $OUT."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    out = run_configs(config_table, reqs)
+    summary = {}
+    for label, run in out.items():
+        summary[label] = {"error": run.error}
+        if run.error is not None:
+            continue
+        summary[label]["peak_running"] = run.peak_running()
+        summary[label]["equal_requests"] = sum(a == b for a, b in zip(out["plain"].ids or [], run.ids))
+        if label == "eagle3":
+            summary[label]["accept_length"] = round(run.accept_length(), 3)
+        if label in ADAPTIVE:
+            summary[label].update(run.stats(), decode_replays=run.replays("DECODE"),
+                                  verify_replays=run.replays("TARGET_VERIFY"))
+    path = os.path.join(os.environ.get("OUT", "/tmp"), f"gpu-suite-{pair_label}.json")
+    with open(path, "w") as f:
+        json.dump({"pair": pair_label, "num_requests": len(reqs), "configs": summary}, f, indent=1)
+    return out
+
+
+@pytest.mark.parametrize("label", [k for k in LABELS if k != "plain"])
+def test_greedy_tokens_equal_plain_server(runs, label):
+    assert runs["plain"].error is None, runs["plain"].error
+    assert runs[label].error is None, runs[label].error
+    ref, got = runs["plain"].ids, runs[label].ids
+    assert len(got) == len(ref)
+    assert first_mismatch(ref, got) is None, f"first mismatch (request, token, len): {first_mismatch(ref, got)}"
+
+
+@pytest.mark.parametrize("label", ADAPTIVE)
+def test_each_mode_replays_its_own_graphs(runs, label):
+    run = runs[label]
+    assert run.error is None, run.error
+    stats = run.stats()
+    # One target graph replay per decode batch, in the batch's mode: plain batches on
+    # DECODE graphs, speculative ones on TARGET_VERIFY graphs, and no eager fallback
+    # (every batch size here is captured).
+    assert run.replays("DECODE") == stats["plain"]
+    assert run.replays("TARGET_VERIFY") == stats["spec"]
+    if label.startswith("alternate"):
+        assert stats["plain"] > 0 and stats["spec"] > 0 and stats["switches"] > 0
+
+
+def test_always_plain_reserves_at_most_two_slots(runs):
+    run = runs["threshold-0"]
+    assert run.error is None, run.error
+    stats = run.stats()
+    assert stats["spec"] == 0 and stats["plain"] > 0
+    assert 1 <= stats["max_reserve"] <= 2
+
+
+def test_always_plain_admits_as_many_requests_as_plain_server(runs):
+    assert runs["threshold-0"].error is None and runs["plain"].error is None
+    assert runs["threshold-0"].peak_running() >= runs["plain"].peak_running()
+
+
+@pytest.mark.parametrize("label", ADAPTIVE)
+def test_debug_checks_stay_quiet(runs, label):
+    log = runs[label].log
+    for needle in ("memory leak", "Traceback", "AssertionError"):
+        assert needle not in log, f"{needle!r} in the {label} server log"
