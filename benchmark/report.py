@@ -38,12 +38,12 @@ def pivot(rows: list[dict], metric: str = "output_tok_per_s") -> tuple[list[str]
         if row.get(metric) is not None:
             table.setdefault(int(row["concurrency"]), {})[row["label"]] = float(row[metric])
     seen = {label for values in table.values() for label in values}
-    labels = [l for l in ORDER if l in seen] + sorted(seen - set(ORDER))
+    labels = [label for label in ORDER if label in seen] + sorted(seen - set(ORDER))
     return labels, dict(sorted(table.items()))
 
 
 def best_static(values: dict[str, float]) -> tuple[str, float] | None:
-    present = [(values[l], l) for l in STATIC if l in values]
+    present = [(values[label], label) for label in STATIC if label in values]
     if not present:
         return None
     value, label = max(present)
@@ -52,17 +52,17 @@ def best_static(values: dict[str, float]) -> tuple[str, float] | None:
 
 def ratio_table(rows: list[dict]) -> str:
     labels, table = pivot(rows)
-    others = [l for l in labels if l not in STATIC]
-    head = ["concurrency", *labels, *[f"{l} / best static" for l in others]]
+    others = [label for label in labels if label not in STATIC]
+    head = ["concurrency", *labels, *[f"{label} / best static" for label in others]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for conc, values in table.items():
-        cells = [str(conc)] + [f"{values[l]:.1f}" if l in values else "-" for l in labels]
+        cells = [str(conc)] + [f"{values[label]:.1f}" if label in values else "-" for label in labels]
         best = best_static(values)
-        for l in others:
-            if best is None or l not in values:
+        for label in others:
+            if best is None or label not in values:
                 cells.append("-")
             else:
-                cells.append(f"{values[l] / best[1]:.2f} ({best[0]})")
+                cells.append(f"{values[label] / best[1]:.2f} ({best[0]})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

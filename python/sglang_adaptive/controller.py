@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional
 
 from sglang_adaptive.policy import ModePolicy, plain_kv_reserve
 
@@ -32,7 +31,7 @@ class ModeStats:
     plain_batches: int = 0
     switches: int = 0
     plain_tokens: int = 0
-    last_speculative: Optional[bool] = None
+    last_speculative: bool | None = None
     # Largest KV reserve (allocated - committed) seen on a plain batch; filled only
     # when the KV audit is on (it loops over requests).
     max_plain_reserve: int = 0
@@ -64,14 +63,14 @@ class ModeController:
 
     active = False
 
-    def __init__(self, policy: Optional[ModePolicy] = None):
+    def __init__(self, policy: ModePolicy | None = None):
         self.policy = policy or ModePolicy()
         self.stats = ModeStats()
 
     def speculate(self, batch_size: int, has_grammar: bool = False) -> bool:
         return True
 
-    def kv_reserve(self, speculative: bool, overlap: bool) -> Optional[int]:
+    def kv_reserve(self, speculative: bool, overlap: bool) -> int | None:
         """None: keep upstream's reserve (2 x alloc_len)."""
         return None
 
@@ -105,7 +104,7 @@ class AdaptiveModeController(ModeController):
         # The plain path does not apply grammar masks: such batches stay speculative.
         return has_grammar or self.policy.speculate(batch_size)
 
-    def kv_reserve(self, speculative: bool, overlap: bool) -> Optional[int]:
+    def kv_reserve(self, speculative: bool, overlap: bool) -> int | None:
         if speculative:
             return None
         return plain_kv_reserve(self.last_decode_width, overlap)

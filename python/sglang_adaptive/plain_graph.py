@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from sglang_adaptive.upstream import MODEL_RUNNER_ATTRIBUTES, check_instance, sglang_symbols as up
 
@@ -67,7 +67,7 @@ class ModeState:
         model_runner.spec_algorithm = self.spec_algorithm
 
     @classmethod
-    def of_runner(cls, name: str, model_runner, capture_hidden_mode) -> "ModeState":
+    def of_runner(cls, name: str, model_runner, capture_hidden_mode) -> ModeState:
         return cls(
             name=name,
             attn_backend=model_runner.attn_backend,
@@ -118,6 +118,6 @@ def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> t
     return plain, used_gib, time.perf_counter() - tic
 
 
-def captured_batch_sizes(state: ModeState) -> Optional[list]:
+def captured_batch_sizes(state: ModeState) -> list | None:
     runner = state.graph_runner
     return None if runner is None else sorted(runner.capture_bs)

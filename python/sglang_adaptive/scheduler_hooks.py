@@ -20,18 +20,17 @@ every hook reduces to calling the original.
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
 
 from sglang_adaptive import controller as ctl
 from sglang_adaptive.args import get_config
 from sglang_adaptive.upstream import UpstreamDriftError, sglang_symbols as up
 
 # Set only while the memory check or the allocation of a plain batch runs.
-_reserve_override: Optional[int] = None
+_reserve_override: int | None = None
 
 
 @contextlib.contextmanager
-def _reserve(value: Optional[int]):
+def _reserve(value: int | None):
     global _reserve_override
     previous, _reserve_override = _reserve_override, value
     try:

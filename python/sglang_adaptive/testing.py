@@ -117,7 +117,7 @@ def make_requests(n: int, seed: int = 0, vocab: int = 32000, in_range=(8, 600),
     """Mixed prompt and output lengths, greedy."""
     rng = random.Random(seed)
     reqs = []
-    for i in range(n):
+    for _ in range(n):
         in_len = rng.randint(*in_range)
         reqs.append({
             "input_ids": [rng.randrange(1000, vocab) for _ in range(in_len)],
@@ -143,7 +143,7 @@ async def _run(url: str, reqs: list[dict], concurrency, timeout: float) -> list[
             end = ramp[k + 1][0] if k + 1 < len(ramp) else len(reqs)
             todo = iter(range(start, end))
 
-            async def worker():
+            async def worker(todo=todo):  # the workers of one ramp step share its queue
                 for i in todo:
                     await one(i)
 

@@ -13,7 +13,7 @@ import dataclasses
 import pkgutil
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Callable
+from collections.abc import Callable
 
 PINNED_SGLANG_VERSION = "0.5.17"
 DIST_NAME = "sglang-adaptive-spec"
