@@ -101,19 +101,21 @@ def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> t
         capture_hidden_mode=capture_hidden_mode,
     )
     backup_workspace = model_runner.init_new_workspace
-    with installed(model_runner, plain):
-        # A new workspace: the verify backend's buffers stay bound to its graphs.
-        plain.attn_backend = model_runner._get_attention_backend(init_new_workspace=True)
-        model_runner.attn_backend = plain.attn_backend
-        if not up.check_cuda_graph_backend(up.Phase.DECODE, up.Backend.DISABLED):
-            plain.graph_runner = PlainDecodeGraphRunner(
-                model_runner,
-                min_capture_hidden_mode=capture_hidden_mode,
-                attn_backend=plain.attn_backend,
-                speculative_num_steps=0,
-                speculative_num_draft_tokens=1,
-            )
-    model_runner.init_new_workspace = backup_workspace
+    try:
+        with installed(model_runner, plain):
+            # A new workspace: the verify backend's buffers stay bound to its graphs.
+            plain.attn_backend = model_runner._get_attention_backend(init_new_workspace=True)
+            model_runner.attn_backend = plain.attn_backend
+            if not up.check_cuda_graph_backend(up.Phase.DECODE, up.Backend.DISABLED):
+                plain.graph_runner = PlainDecodeGraphRunner(
+                    model_runner,
+                    min_capture_hidden_mode=capture_hidden_mode,
+                    attn_backend=plain.attn_backend,
+                    speculative_num_steps=0,
+                    speculative_num_draft_tokens=1,
+                )
+    finally:
+        model_runner.init_new_workspace = backup_workspace
     used_gib = before - up.get_available_gpu_memory(device, gpu_id)
     return plain, used_gib, time.perf_counter() - tic
 

@@ -62,12 +62,12 @@ class Server:
         cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1",
                "--port", str(self.port), "--skip-tokenizer-init", *self.args]
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "w")
-        log.write(" ".join(cmd) + "\n")
-        log.flush()
+        with open(self.log_path, "w") as log:  # the child keeps its own descriptor
+            log.write(" ".join(cmd) + "\n")
+            log.flush()
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
         t0 = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"[{self.label}] server exited; log tail:\n{self.tail()}")
@@ -83,13 +83,14 @@ class Server:
             time.sleep(2)
 
     def tail(self, n: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text().splitlines()[-n:])
-        except OSError:
-            return ""
+        return "\n".join(self.log_text().splitlines()[-n:])
 
     def log_text(self) -> str:
-        return self.log_path.read_text()
+        """The server's log so far; empty if it never started."""
+        try:
+            return self.log_path.read_text()
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.proc is None:
@@ -220,5 +221,5 @@ def run_configs(configs: dict, reqs: list[dict]) -> dict[str, Run]:
             error = str(e)[-4000:]
         finally:
             srv.stop()
-        runs[label] = Run(results, srv.log_text() if srv.log_path.exists() else "", error)
+        runs[label] = Run(results, srv.log_text(), error)
     return runs

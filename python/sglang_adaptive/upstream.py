@@ -16,7 +16,6 @@ from importlib import metadata
 from collections.abc import Callable
 
 PINNED_SGLANG_VERSION = "0.5.17"
-DIST_NAME = "sglang-adaptive-spec"
 
 
 class UpstreamDriftError(RuntimeError):
