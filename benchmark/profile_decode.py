@@ -32,12 +32,17 @@ from pathlib import Path
 from sglang_adaptive.testing import Server, generate, make_requests
 
 
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
 def summarise(trace_path: str, top: int = 15) -> dict:
     opener = gzip.open if trace_path.endswith(".gz") else open
     with opener(trace_path, "rt") as f:
         events = json.load(f)["traceEvents"]
     kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
-    launches = sorted(e["ts"] for e in events if e.get("name") == "cudaGraphLaunch")
+    launch_events = [e for e in events if e.get("name") == "cudaGraphLaunch"]
     if not kernels:
         return {"error": "no kernel events in the trace"}
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels)
@@ -53,8 +58,9 @@ def summarise(trace_path: str, top: int = 15) -> dict:
     per_kernel = defaultdict(float)
     for e in kernels:
         per_kernel[e["name"][:120]] += e["dur"]
+    launches = sorted(e["ts"] for e in launch_events)
     gaps = [b - a for a, b in zip(launches, launches[1:])]
-    return {
+    summary = {
         "window_ms": round(window / 1e3, 3),
         "gpu_busy_share": round(busy / window, 4),
         "kernel_time_ms": round(sum(e["dur"] for e in kernels) / 1e3, 3),
@@ -62,6 +68,54 @@ def summarise(trace_path: str, top: int = 15) -> dict:
         "mean_launch_gap_ms": round(sum(gaps) / len(gaps) / 1e3, 3) if gaps else None,
         "top_kernels_ms": {k: round(v / 1e3, 3) for k, v in
                            sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]},
+    }
+    summary.update(per_step(events, launch_events, kernels, top))
+    return summary
+
+
+def per_step(events, launch_events, kernels, top: int) -> dict:
+    """Median per decode step (between graph launches of the launching thread):
+    host time in each CUDA runtime call and aten op, eager kernels, GPU busy time.
+    Steps longer than twice the median (prefills in between) are left out."""
+    if len(launch_events) < 3:
+        return {}
+    tids = defaultdict(int)
+    for e in launch_events:
+        tids[(e.get("pid"), e.get("tid"))] += 1
+    main = max(tids, key=tids.get)
+    launches = sorted(e["ts"] for e in launch_events if (e.get("pid"), e.get("tid")) == main)
+    steps = list(zip(launches, launches[1:]))
+    med = _median([b - a for a, b in steps])
+    steps = [(a, b) for a, b in steps if b - a <= 2 * med]
+    host = [e for e in events if (e.get("pid"), e.get("tid")) == main and "dur" in e
+            and e.get("cat") in ("cuda_runtime", "cpu_op", "cuda_driver")]
+    by_step = [defaultdict(float) for _ in steps]
+    counts = [defaultdict(int) for _ in steps]
+    gpu = [0.0] * len(steps)
+    starts = [a for a, _ in steps]
+    import bisect
+
+    for e in host:
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        if 0 <= i < len(steps) and e["ts"] < steps[i][1]:
+            key = f"{e['cat']}:{e['name'][:80]}"
+            by_step[i][key] += e["dur"]
+            counts[i][key] += 1
+    for e in kernels:
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        if 0 <= i < len(steps) and e["ts"] < steps[i][1]:
+            gpu[i] += e["dur"]
+    names = {k for d in by_step for k in d}
+    med_time = {k: _median([d.get(k, 0.0) for d in by_step]) for k in names}
+    med_count = {k: _median([c.get(k, 0) for c in counts]) for k in names}
+    ranked = sorted(names, key=lambda k: -med_time[k])[: 2 * top]
+    return {
+        "decode_steps": len(steps),
+        "median_step_ms": round(med / 1e3, 3),
+        "median_gpu_kernel_ms_per_step": round(_median(gpu) / 1e3, 3),
+        "host_per_step_ms": {k: [round(med_time[k] / 1e3, 3), med_count[k]] for k in ranked},
+        "eager_launches_per_step": sum(v for k, v in med_count.items()
+                                       if "LaunchKernel" in k),
     }
 
 
@@ -83,7 +137,14 @@ def main() -> None:
     reqs = make_requests(a.num, in_range=(a.input_len, a.input_len),
                          out_range=(a.output_len, a.output_len))
     with Server(a.label, server_args, log_dir=out) as srv:
-        load = threading.Thread(target=generate, args=(srv.url, reqs, a.concurrency), daemon=True)
+        done: dict = {}
+
+        def drive():
+            t0 = time.time()
+            results = generate(srv.url, reqs, a.concurrency)
+            done["tok_per_s"] = sum(r["meta_info"]["completion_tokens"] for r in results) / (time.time() - t0)
+
+        load = threading.Thread(target=drive, daemon=True)
         load.start()
         time.sleep(a.warmup_s)
         body = json.dumps({"output_dir": str(trace_dir), "num_steps": a.steps,
@@ -97,7 +158,9 @@ def main() -> None:
             time.sleep(2)
     traces = sorted(glob.glob(str(trace_dir / "*.trace.json*")))
     summary = {"label": a.label, "concurrency": a.concurrency, "steps": a.steps,
-               "trace": traces[-1] if traces else None}
+               "trace": traces[-1] if traces else None,
+               # the whole closed loop, profiled steps included (they run slower)
+               "output_tok_per_s": round(done.get("tok_per_s", float("nan")), 1)}
     summary.update(summarise(traces[-1]) if traces else {"error": "no trace written"})
     (out / f"profile-{a.label}.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary), flush=True)

@@ -10,7 +10,8 @@ Spec-v2 conventions a plain step keeps (see docs/design.md):
 - ``batch.seq_lens`` = S is the length *before* the bonus token; the bonus token is
   the input, written to KV slot ``req_to_token[req, S]`` (gathered on the GPU: under
   the overlap scheduler S is only known there), at position S.
-- ``on_publish`` fires exactly once with ``new_seq_lens = S + 1``.
+- ``on_publish`` fires exactly once with ``new_seq_lens = S + 1``, before the
+  forward is enqueued (the lengths do not depend on its output).
 - The result carries a full ``EagleDraftInput``: the sampled token as the next bonus
   token, and the draft state (top-k, draft hidden state) it received, passed on
   unchanged, so the FutureMap keeps its shapes and the next speculative step has a
@@ -119,6 +120,14 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         draft_input = batch.spec_info
         seq_lens = batch.seq_lens
         new_seq_lens = seq_lens + 1
+        # Publish before the forward. The scheduler's next prepare blocks on the host
+        # until this publish has executed (FutureMap.resolve_seq_lens_cpu). A verify
+        # step publishes after verify because its lengths depend on acceptance; a
+        # plain step's are known now, and publishing after the forward would
+        # serialise scheduling with the whole forward (measured: ~8% of plain decode
+        # throughput at 100 requests on one H200).
+        if on_publish is not None:
+            on_publish(new_seq_lens)
 
         # Rewrite the batch as a non-speculative decode of the bonus token.
         # _forward_isolation restores every ScheduleBatch field after the worker.
@@ -145,9 +154,6 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             result = self._target_worker.forward_batch_generation(
                 batch=None, forward_batch=forward_batch
             )
-        if on_publish is not None:
-            on_publish(new_seq_lens)
-
         result.next_draft_input = up.EagleDraftInput(
             bonus_tokens=result.next_token_ids.to(torch.int32),
             topk_p=draft_input.topk_p,

@@ -1,0 +1,98 @@
+"""The plain step of AdaptiveEAGLEWorker against SGLang's real types, with the target forward stubbed.
+
+What is checked is what a GPU run cannot show directly: the order of events in one
+plain step (the scheduler's next prepare waits on the host for ``on_publish``, so it
+must come before the forward is enqueued), the rewritten batch the target sees, and
+the draft input handed to the FutureMap.
+"""
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+from sglang_adaptive import controller as ctl
+from sglang_adaptive.plain_graph import ModeState
+from sglang_adaptive.upstream import sglang_symbols as up
+from sglang_adaptive.worker import AdaptiveEAGLEWorker
+
+
+@pytest.fixture
+def step(monkeypatch):
+    events = []
+    runner = NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
+                spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
+
+    def init_new(batch, model_runner, **kwargs):
+        events.append(("init", model_runner.decode_cuda_graph_runner))
+        return NS(batch=batch, **kwargs)
+
+    def forward(batch=None, forward_batch=None):
+        b = forward_batch.batch
+        events.append(("forward", runner.decode_cuda_graph_runner, runner.spec_algorithm,
+                       b.forward_mode, b.input_ids.tolist(), b.out_cache_loc.tolist(),
+                       b.seq_lens.tolist(), b.spec_info))
+        return up.GenerationBatchResult(next_token_ids=torch.tensor([7, 8, 9]))
+
+    monkeypatch.setattr(up.ForwardBatch, "init_new", staticmethod(init_new))
+    worker = AdaptiveEAGLEWorker.__new__(AdaptiveEAGLEWorker)
+    worker._target_worker = NS(model_runner=runner, forward_batch_generation=forward)
+    worker._draft_worker = NS(draft_runner="draft-runner")
+    worker._war_runner = "draft-runner"
+    worker._plain_state = ModeState("plain", "plain-backend", "decode-graphs",
+                                    up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
+    req_to_token = torch.arange(3 * 16).reshape(3, 16)
+    worker.req_to_token_pool = NS(req_to_token=req_to_token)
+    draft_input = up.EagleDraftInput(
+        bonus_tokens=torch.tensor([4, 5, 6], dtype=torch.int32),
+        topk_p=torch.rand(3, 1), topk_index=torch.tensor([[1], [2], [3]]),
+        hidden_states=torch.rand(3, 8),
+    )
+    batch = NS(
+        spec_info=draft_input, seq_lens=torch.tensor([5, 9, 2]),
+        req_pool_indices=torch.tensor([2, 0, 1]), seq_lens_cpu=torch.tensor([5, 9, 2]),
+        seq_lens_sum=16, reqs=[object()] * 3, forward_mode=up.ForwardMode.DECODE,
+        is_extend_in_batch=False, spec_algorithm=up.SpeculativeAlgorithm.EAGLE3,
+        input_ids=None, out_cache_loc=None,
+    )
+    setattr(batch, ctl.BATCH_FLAG, False)
+
+    def on_publish(new_seq_lens):
+        events.append(("publish", new_seq_lens.tolist()))
+
+    result = worker.forward_batch_generation(batch, on_publish=on_publish)
+    return NS(events=events, result=result, draft_input=draft_input, worker=worker,
+              runner=runner, req_to_token=req_to_token)
+
+
+def test_publishes_once_before_the_forward(step):
+    kinds = [e[0] for e in step.events]
+    assert kinds == ["publish", "init", "forward"]
+    assert step.events[0] == ("publish", [6, 10, 3])
+
+
+def test_target_runs_one_plain_decode_of_the_bonus_tokens(step):
+    _, graphs, algorithm, mode, input_ids, out_cache_loc, seq_lens, spec_info = step.events[2]
+    assert graphs == "decode-graphs" and algorithm == up.SpeculativeAlgorithm.NONE
+    assert mode == up.ForwardMode.DECODE and spec_info is None
+    assert input_ids == [4, 5, 6]
+    # KV slot of the bonus token: req_to_token[req, S] for each request.
+    assert out_cache_loc == [step.req_to_token[2, 5].item(), step.req_to_token[0, 9].item(),
+                             step.req_to_token[1, 2].item()]
+    assert seq_lens == [6, 10, 3]
+    # The speculative bundle is back on the runner afterwards.
+    assert step.runner.decode_cuda_graph_runner == "verify-graphs"
+    assert step.runner.spec_algorithm == up.SpeculativeAlgorithm.EAGLE3
+
+
+def test_result_is_marked_plain_and_keeps_the_draft_state(step):
+    result, draft_input = step.result, step.draft_input
+    assert getattr(result, ctl.RESULT_FLAG) is True
+    assert result.speculative_num_draft_tokens == 1
+    assert result.new_seq_lens.tolist() == [6, 10, 3]
+    nxt = result.next_draft_input
+    assert nxt.bonus_tokens.dtype == torch.int32 and nxt.bonus_tokens.tolist() == [7, 8, 9]
+    assert nxt.topk_p is draft_input.topk_p and nxt.topk_index is draft_input.topk_index
+    assert nxt.hidden_states is draft_input.hidden_states
+    # The scheduler's WAR barrier now fences on the target runner's read-done event.
+    assert step.worker.war_fastpath_runner is step.runner
