@@ -22,7 +22,8 @@ DEBUG_ENV = {
     "SGLANG_ADAPTIVE_AUDIT_KV": "1",
 }
 RAMP = [(0, 1), (20, 4), (60, 16), (120, 32)]
-LABELS = ("plain", "eagle3", "alternate-1", "alternate-7-no-overlap", "threshold-8-ramp", "threshold-0")
+LABELS = ("plain", "eagle3", "alternate-1", "alternate-7-no-overlap", "threshold-8-ramp", "threshold-0",
+          "threshold-0-no-overlap")
 ADAPTIVE = LABELS[2:]
 
 __all__ = [
@@ -55,6 +56,10 @@ def configs(base: list[str], draft) -> dict:
                                            "--disable-overlap-schedule"], DEBUG_ENV, 16),
         "threshold-8-ramp": (spec + ["--speculative-disable-batch-threshold", "8"], DEBUG_ENV, RAMP),
         "threshold-0": (spec + ["--speculative-disable-batch-threshold", "0"], DEBUG_ENV, 32),
+        # Same as threshold-0 without the overlap scheduler: separates a defect of the
+        # overlapped plain path from one of the plain step itself.
+        "threshold-0-no-overlap": (spec + ["--speculative-disable-batch-threshold", "0",
+                                           "--disable-overlap-schedule"], DEBUG_ENV, 32),
     }
 
 
