@@ -21,6 +21,7 @@ Spec-v2 conventions a plain step keeps (see docs/design.md):
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 
@@ -121,32 +122,35 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         seq_lens = batch.seq_lens
         new_seq_lens = seq_lens + 1
         # Publish before the forward. The scheduler's next prepare blocks on the host
-        # until this publish has executed (FutureMap.resolve_seq_lens_cpu). A verify
-        # step publishes after verify because its lengths depend on acceptance; a
-        # plain step's are known now, and publishing after the forward would
-        # serialise scheduling with the whole forward (measured: ~8% of plain decode
-        # throughput at 100 requests on one H200).
+        # until the step's publish has executed (FutureMap.resolve_seq_lens_cpu). A
+        # verify step publishes after verify because its lengths depend on
+        # acceptance; a plain step's are known now.
         if on_publish is not None:
             on_publish(new_seq_lens)
 
-        # Rewrite the batch as a non-speculative decode of the bonus token.
-        # _forward_isolation restores every ScheduleBatch field after the worker.
-        batch.input_ids = draft_input.bonus_tokens.to(torch.int64)
-        batch.out_cache_loc = self.req_to_token_pool.req_to_token[
+        # The plain decode runs on a shallow copy of the batch: the scheduler keeps
+        # reading its own batch inside the same _forward_isolation block, and
+        # run_batch publishes ``seq_lens + 1`` itself when it finds spec_algorithm
+        # NONE there. Rewriting the scheduler's batch made every plain step publish
+        # twice (S+1, then S+2), so each request skipped a position per step under
+        # the overlap scheduler.
+        plain = copy.copy(batch)
+        plain.input_ids = draft_input.bonus_tokens.to(torch.int64)
+        plain.out_cache_loc = self.req_to_token_pool.req_to_token[
             batch.req_pool_indices, seq_lens
         ].to(torch.int64)
-        batch.seq_lens = new_seq_lens
+        plain.seq_lens = new_seq_lens
         if batch.seq_lens_cpu is not None:
-            batch.seq_lens_cpu = batch.seq_lens_cpu + 1
+            plain.seq_lens_cpu = batch.seq_lens_cpu + 1
         if batch.seq_lens_sum is not None:
-            batch.seq_lens_sum = batch.seq_lens_sum + len(batch.reqs)
-        batch.forward_mode = up.ForwardMode.DECODE
-        batch.spec_info = None
-        batch.spec_algorithm = up.SpeculativeAlgorithm.NONE
+            plain.seq_lens_sum = batch.seq_lens_sum + len(batch.reqs)
+        plain.forward_mode = up.ForwardMode.DECODE
+        plain.spec_info = None
+        plain.spec_algorithm = up.SpeculativeAlgorithm.NONE
 
         with installed(runner, self._plain_state):
             forward_batch = up.ForwardBatch.init_new(
-                batch,
+                plain,
                 runner,
                 capture_hidden_mode=self._plain_state.capture_hidden_mode,
                 return_hidden_states_before_norm=False,

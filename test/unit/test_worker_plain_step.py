@@ -96,3 +96,89 @@ def test_result_is_marked_plain_and_keeps_the_draft_state(step):
     assert nxt.hidden_states is draft_input.hidden_states
     # The scheduler's WAR barrier now fences on the target runner's read-done event.
     assert step.worker.war_fastpath_runner is step.runner
+
+
+def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch):
+    """Upstream's overlap branch of Scheduler.run_batch around the real plain step.
+
+    run_batch publishes ``batch.seq_lens + 1`` itself when, after the worker returns
+    and still inside _forward_isolation, the batch reads spec_algorithm NONE. A plain
+    step that rewrote the scheduler's batch therefore published twice (S+1, then
+    S+2) and every request skipped a position per step under overlap.
+    """
+    import contextlib
+    import dataclasses
+
+    from sglang.srt.managers import scheduler as sched_mod
+
+    publishes = []
+    runner = NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
+                spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
+    monkeypatch.setattr(up.ForwardBatch, "init_new",
+                        staticmethod(lambda batch, model_runner, **kw: NS(batch=batch)))
+    worker = AdaptiveEAGLEWorker.__new__(AdaptiveEAGLEWorker)
+    worker._target_worker = NS(
+        model_runner=runner,
+        forward_batch_generation=lambda batch=None, forward_batch=None: up.GenerationBatchResult(
+            next_token_ids=torch.tensor([7, 8])))
+    worker._draft_worker = NS(draft_runner="draft-runner")
+    worker._war_runner = "draft-runner"
+    worker._plain_state = ModeState("plain", "plain-backend", "decode-graphs",
+                                    up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
+    worker.req_to_token_pool = NS(req_to_token=torch.arange(64).reshape(4, 16))
+
+    @dataclasses.dataclass
+    class Batch:  # the ScheduleBatch fields run_batch, _forward_isolation and the step touch
+        spec_info: object
+        seq_lens: object
+        req_pool_indices: object
+        reqs: list
+        forward_mode: object
+        spec_algorithm: object
+        seq_lens_cpu: object = None
+        seq_lens_sum: object = None
+        is_extend_in_batch: bool = False
+        input_ids: object = None
+        out_cache_loc: object = None
+        sampling_info: object = None
+        return_logprob: bool = False
+        return_hidden_states: bool = False
+        forward_iter: int = 0
+        launch_ts: float = 0.0
+
+    draft_input = up.EagleDraftInput(
+        bonus_tokens=torch.tensor([4, 5], dtype=torch.int32), topk_p=torch.rand(2, 1),
+        topk_index=torch.tensor([[1], [2]]), hidden_states=torch.rand(2, 8))
+    batch = Batch(spec_info=draft_input, seq_lens=torch.tensor([5, 9]),
+                  req_pool_indices=torch.tensor([2, 1]), reqs=[object()] * 2,
+                  forward_mode=up.ForwardMode.DECODE, spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
+    setattr(batch, ctl.BATCH_FLAG, False)
+
+    Scheduler = sched_mod.Scheduler
+    sched = NS(
+        forward_ct=0, scripted_scheduler_hook=None, forward_sleep_time=None, disaggregation_mode=None,
+        profiler_manager=NS(_profile_batch_predicate=lambda b: None),
+        is_generation=True, enable_overlap=True, _confidence_budget_prepare=None,
+        future_map=NS(resolve_seq_lens_cpu=lambda b: None,
+                      publish=lambda indices, lens: publishes.append(lens.tolist())),
+        forward_stream_ctx=contextlib.nullcontext(), forward_stream=NS(wait_stream=lambda s: None),
+        schedule_stream=None, model_worker=worker, batch_record_buf=[None, None], batch_record_ct=0,
+        enable_unified_memory=False, device_module=NS(Event=lambda: NS(record=lambda *a, **k: None)),
+        copy_stream=NS(wait_stream=lambda s: None), copy_stream_ctx=contextlib.nullcontext(),
+        spec_algorithm=up.SpeculativeAlgorithm.EAGLE3,
+        _relay_forward_payload=lambda *a: None, _advance_pending_grammar=lambda *a, **k: None,
+        _maybe_report_active_ranks=lambda: None,
+    )
+    sched._forward_isolation = lambda b, overlap: Scheduler._forward_isolation(sched, b, overlap=overlap)
+    sched.record_batch_in_overlap = lambda b: Scheduler.record_batch_in_overlap(sched, b)
+    monkeypatch.setattr(sched_mod, "resolve_forward_inputs", lambda b, f: None)
+    monkeypatch.setattr(up.GenerationBatchResult, "copy_to_cpu", lambda *a, **k: None)
+
+    result = Scheduler.run_batch(sched, batch)
+
+    assert publishes == [[6, 10]]
+    assert getattr(result, ctl.RESULT_FLAG) is True
+    # The scheduler's batch is as it was, apart from the next draft input it installs.
+    assert batch.seq_lens.tolist() == [5, 9]
+    assert batch.spec_algorithm == up.SpeculativeAlgorithm.EAGLE3
+    assert batch.spec_info is result.next_draft_input
