@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-CONCURRENCIES ?= 1 8 32 128
+CONCURRENCIES ?= 1,8,32,128
+BENCH_OUT ?= benchmark/results/latest
+BENCH_ARGS ?=
 
 .PHONY: install test gpu-test bench require-gpu lint clean
 
@@ -24,11 +26,13 @@ test: install
 gpu-test: require-gpu install
 	$(BIN)/python -m pytest -m gpu test/gpu -v
 
-# Main job: serve the shipped dummy Llama-3-8B-shaped pair in each mode and compare.
+# Main job: serve the shipped dummy Llama-3-8B-shaped pair in each mode (no speculation,
+# static EAGLE-3, upstream adaptive, threshold policy), drive each with a closed-loop
+# sweep, an open-loop rate sweep and a time-varying load, write JSON lines, a table and
+# plots to BENCH_OUT. BENCH_ARGS passes more options (see --help).
 bench: require-gpu install
-	PATH="$(abspath $(BIN)):$$PATH" OUT="$${OUT:-benchmark/results/latest}" \
-		sh -c 'mkdir -p "$$OUT" && benchmark/compare_adaptive.sh "$(CONCURRENCIES)" \
-		&& python benchmark/report.py "$$OUT/compare.jsonl"'
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m sglang_adaptive.bench \
+		--closed "$(CONCURRENCIES)" --out "$(BENCH_OUT)" $(BENCH_ARGS)
 
 require-gpu:
 	@command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { \

@@ -1,10 +1,8 @@
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmark"))
-import report  # noqa: E402
+from sglang_adaptive.bench import report
 
+REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "benchmark" / "results" / "2026-11-29-h200-core-worker" / "compare.jsonl"
 
 
@@ -28,6 +26,8 @@ def test_best_static_and_missing_cells():
         {"label": "noise", "concurrency": 8},  # not a result row
     ]
     assert report.best_static({"plain": 1, "eagle3": 2}) == ("eagle3", 2)
+    assert report.best_static({"plain": 1, "eagle3": 2}, lower_is_better=True) == ("plain", 1)
+    rows = [dict(r, workload="closed") for r in rows]
     text = report.ratio_table(rows)
     assert "| 4 | 100.0 | 150.0 | 1.50 (plain) |" in text
     assert "| 8 | - | 10.0 | - |" in text
@@ -35,6 +35,6 @@ def test_best_static_and_missing_cells():
 
 def test_plots_are_written(tmp_path):
     rows = report.load_rows(H200)
-    assert report.plot(rows, "output_tok_per_s", "tok/s", tmp_path / "t.png")
+    assert report.plot_sweep(rows, "output_tok_per_s", "tok/s", tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not report.plot([], "output_tok_per_s", "tok/s", tmp_path / "none.png")
+    assert not report.plot_sweep([], "output_tok_per_s", "tok/s", tmp_path / "none.png")

@@ -1,0 +1,160 @@
+"""Serve a target/draft pair in every mode, drive each with the same loads, report.
+
+For each configuration (no speculation, static EAGLE-3, upstream
+--speculative-adaptive, this package's threshold policy) one server is started,
+waited for, driven through every workload and stopped before the next starts:
+
+  closed   a closed-loop concurrency sweep (--closed)
+  open     an open-loop Poisson request-rate sweep (--rates)
+  phased   a time-varying closed loop, phases of low and high concurrency (--phases)
+
+Writes OUT/results.jsonl (one row per configuration x load point, appended as it
+goes), OUT/report.md, PNG plots and the server logs.
+
+examples (GPU host):
+  python -m sglang_adaptive.bench --out benchmark/results/latest
+  python -m sglang_adaptive.bench --pair tiny --closed 1,8,32 --rates "" --phases ""
+  python -m sglang_adaptive.bench --pair custom --target T --draft D --threshold 8
+  python -m sglang_adaptive.bench --dry-run        # print the plan, start nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+from sglang_adaptive.bench import client, configs, metrics, report
+from sglang_adaptive.bench.workloads import Closed, Open, Phased, parse_floats, parse_ints, parse_phases
+from sglang_adaptive.testing import Server, make_requests
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m sglang_adaptive.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pair", choices=("dummy", "tiny", "custom"), default="dummy",
+                   help="dummy: shipped Llama-3-8B-shaped configs, random weights, simulated "
+                        "acceptance (default); tiny: the trained fixture pair; custom: --target/--draft")
+    p.add_argument("--target")
+    p.add_argument("--draft")
+    p.add_argument("--configs", default=",".join(configs.LABELS))
+    p.add_argument("--threshold", type=int, default=16, help="adaptive-threshold's batch size")
+    p.add_argument("--steps", type=int, default=3, help="speculative steps (topk 1, steps+1 draft tokens)")
+    p.add_argument("--acc-len", type=float, default=2.5, help="simulated acceptance (dummy pair)")
+    p.add_argument("--max-bs", type=int, default=128)
+    p.add_argument("--closed", default="1,8,32,128", help="concurrencies; empty to skip")
+    p.add_argument("--requests-per-client", type=int, default=4,
+                   help="closed loop: requests per concurrency slot (at least 8 in all)")
+    p.add_argument("--rates", default="4,16,64", help="open loop, requests/s; empty to skip")
+    p.add_argument("--open-seconds", type=float, default=10.0, help="open loop: requests = rate x this")
+    p.add_argument("--phases", default="15:2,15:96,15:2",
+                   help="time-varying load, SECONDS:CONCURRENCY,...; empty to skip")
+    p.add_argument("--in-len", type=int, default=256)
+    p.add_argument("--out-len", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=None, help="prompt token ids below this (default: by pair)")
+    p.add_argument("--out", default="benchmark/results/latest")
+    p.add_argument("--dry-run", action="store_true")
+    a = p.parse_args(argv)
+    if a.pair == "custom" and not (a.target and a.draft):
+        p.error("--pair custom needs --target and --draft")
+    return a
+
+
+def workloads(a) -> list:
+    out = [Closed(c, max(8, a.requests_per_client * c)) for c in parse_ints(a.closed)]
+    out += [Open(r, max(8, int(r * a.open_seconds)), seed=i) for i, r in enumerate(parse_floats(a.rates))]
+    if a.phases.strip():
+        out.append(Phased(parse_phases(a.phases)))
+    return out
+
+
+def pair_of(a) -> configs.Pair:
+    if a.pair == "dummy":
+        return configs.dummy_pair(a.acc_len)
+    if a.pair == "tiny":
+        return configs.tiny_pair()
+    return configs.custom_pair(a.target, a.draft)
+
+
+def requests_for(workload, a, seed: int):
+    vocab = a.vocab or (1024 if a.pair == "tiny" else 32000)
+    def batch(n, s):
+        return make_requests(n, seed=s, vocab=vocab, in_range=(a.in_len, a.in_len),
+                             out_range=(a.out_len, a.out_len))
+    if isinstance(workload, Phased):
+        rng = random.Random(seed)
+        return lambda i: batch(1, rng.randrange(1 << 30))[0]
+    return batch(workload.num_requests, seed)
+
+
+def describe(w) -> str:
+    if isinstance(w, Closed):
+        return f"closed c={w.concurrency} ({w.num_requests} requests)"
+    if isinstance(w, Open):
+        return f"open {w.rate:g} req/s ({w.num_requests} requests)"
+    return "phased " + ",".join(f"{s:g}s@{c}" for s, c in w.phases)
+
+
+def measure(label: str, url: str, w, a, log_text, seed: int) -> dict:
+    records, start, seconds = client.run(url, w, requests_for(w, a, seed))
+    row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
+    samples = metrics.mode_samples(log_text())
+    row.update(metrics.mode_window(samples, start, start + seconds))
+    if isinstance(w, Phased):
+        row["throughput_timeline"] = metrics.throughput_timeline(records, start, seconds)
+        row["mode_timeline"] = metrics.mode_timeline(samples, start, seconds) if samples else []
+    return row
+
+
+def main(argv=None, server_factory=Server) -> int:
+    a = parse_args(argv)
+    pair = pair_of(a)
+    plan = configs.server_configs(pair, [x for x in a.configs.split(",") if x],
+                                  threshold=a.threshold, steps=a.steps, max_bs=a.max_bs)
+    loads = workloads(a)
+    out = Path(a.out)
+    print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points -> {out}", flush=True)
+    for cfg in plan:
+        print(f"  {cfg.label}: {cfg.command()}")
+    for w in loads:
+        print(f"  load: {describe(w)}")
+    if a.dry_run:
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    results.write_text("")
+    rows, failed = [], []
+    for i, cfg in enumerate(plan, 1):
+        srv = server_factory(cfg.label, cfg.args, cfg.env, log_dir=out)
+        t0 = time.time()
+        try:
+            srv.start()
+            print(f"[{i}/{len(plan)} {cfg.label}] ready after {time.time() - t0:.0f} s", flush=True)
+            for j, w in enumerate(loads):
+                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j)
+                rows.append(row)
+                with results.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                share = row.get("plain_share")
+                print(f"[{i}/{len(plan)} {cfg.label}] {describe(w)}: {row['output_tok_per_s']:.1f} tok/s, "
+                      f"TPOT p50 {row['tpot_p50_ms']} ms, TTFT p50 {row['ttft_p50_ms']} ms"
+                      + (f", plain share {share:.0%}" if share is not None else "")
+                      + (f", {row['errors']} errors" if row["errors"] else ""), flush=True)
+        except Exception as e:  # one broken configuration does not lose the others
+            failed.append(cfg.label)
+            print(f"[{i}/{len(plan)} {cfg.label}] FAILED: {e}", file=sys.stderr, flush=True)
+        finally:
+            srv.stop()
+    for path in report.write(rows, out):
+        print(f"wrote {path}")
+    print((out / "report.md").read_text())
+    if failed:
+        print(f"failed configurations: {', '.join(failed)} (server logs in {out})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Server configurations compared by the benchmark: one source for the shared flags.
+
+A *pair* says which target and draft to serve (and how: dummy weights with
+simulated acceptance, or real checkpoints); a *configuration* is one server: the
+pair plus a decoding mode. Every configuration of a run gets the same common
+flags, so only the mode differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sglang_adaptive.testing import COMMON_ARGS, eagle3_args
+
+REPO = Path(__file__).resolve().parents[3]
+MODELS = REPO / "benchmark" / "models"
+TINY_PAIR = REPO / "test" / "fixtures" / "tiny-pair"
+UPSTREAM_ADAPTIVE_CONFIG = REPO / "benchmark" / "upstream-adaptive-max3.json"
+
+# Static configurations set the bar; the others are reported as a ratio to the best.
+STATIC = ("plain", "eagle3")
+LABELS = ("plain", "eagle3", "upstream-adaptive", "adaptive-threshold")
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str
+    target: Path
+    draft: Path
+    args: tuple = ()  # e.g. --load-format dummy
+    spec_env: dict = field(default_factory=dict)  # e.g. simulated acceptance, speculative servers only
+
+
+def dummy_pair(acc_len: float = 2.5, models: Path = MODELS) -> Pair:
+    """The shipped Llama-3-8B-shaped configs, random weights, acceptance simulated by SGLang."""
+    return Pair("dummy-llama3-8b", models / "llama3-8b", models / "llama3-8b-eagle3",
+                ("--load-format", "dummy"), {"SGLANG_SIMULATE_ACC_LEN": str(acc_len)})
+
+
+def tiny_pair(path: Path = TINY_PAIR) -> Pair:
+    """The project's trained 2 MB pair: real weights, real acceptance."""
+    return Pair("tiny-pair", path / "target", path / "eagle3")
+
+
+def custom_pair(target: str, draft: str) -> Pair:
+    return Pair("custom", Path(target), Path(draft))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    label: str
+    args: list
+    env: dict
+
+    def command(self) -> str:
+        env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
+        return " ".join(filter(None, [env, "python -m sglang.launch_server", *map(str, self.args)]))
+
+
+def common_args(pair: Pair, max_bs: int) -> list:
+    return [
+        "--model-path", str(pair.target), *pair.args, *COMMON_ARGS,
+        "--max-running-requests", str(max_bs), "--cuda-graph-max-bs", str(max_bs),
+        # The adaptive worker logs its mode counters at this interval; the report
+        # turns them into the plain share per load point and the mode over time.
+        "--decode-log-interval", "10",
+    ]
+
+
+def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int = 3,
+                   max_bs: int = 128) -> list[ServerConfig]:
+    base = common_args(pair, max_bs)
+    spec = base + eagle3_args(pair.draft, steps)
+    table = {
+        "plain": (base, {}),
+        "eagle3": (spec, pair.spec_env),
+        "upstream-adaptive": (spec + ["--speculative-adaptive", "--speculative-adaptive-config",
+                                      str(UPSTREAM_ADAPTIVE_CONFIG)], pair.spec_env),
+        "adaptive-threshold": (spec + ["--speculative-disable-batch-threshold", str(threshold)],
+                               pair.spec_env),
+    }
+    unknown = [label for label in labels if label not in table]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(table)}")
+    return [ServerConfig(label, list(table[label][0]), dict(table[label][1])) for label in labels]

@@ -1,0 +1,108 @@
+"""Summaries of one load point, and the adaptive worker's mode counters read from the server log.
+
+Pure Python (no torch, no SGLang import): tested on synthetic records and log lines.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+# Written by sglang_adaptive.controller every --decode-log-interval decode batches.
+MODE_RE = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] AdaptiveEAGLE decode batches: (\d+) "
+    r"\(plain (\d+), [\d.]+%; speculative (\d+)\), switches: (\d+)", re.M)
+
+
+def percentile(xs: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile, q in [0, 100]; None for no data."""
+    if not xs:
+        return None
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _r(x, digits=2):
+    return None if x is None else round(x, digits)
+
+
+def summarize(records, seconds: float) -> dict:
+    """Output tok/s over the whole point; TTFT, TPOT (ms) and latency (s) at p50/p99."""
+    ok = [r for r in records if r.error is None and r.end is not None]
+    tokens = sum(r.output_tokens for r in ok)
+    ttft = [(r.first - r.start) * 1e3 for r in ok if r.first is not None]
+    # Time per output token after the first: streaming gaps average out to this.
+    tpot = [(r.end - r.first) * 1e3 / (r.output_tokens - 1)
+            for r in ok if r.first is not None and r.output_tokens > 1]
+    e2e = [r.end - r.start for r in ok]
+    verifies = sum(r.verify_ct for r in ok)
+    return {
+        "requests": len(records),
+        "errors": len(records) - len(ok),
+        "seconds": _r(seconds, 3),
+        "output_tok_per_s": _r(tokens / seconds if seconds > 0 else 0.0, 1),
+        "ttft_p50_ms": _r(percentile(ttft, 50)), "ttft_p99_ms": _r(percentile(ttft, 99)),
+        "tpot_p50_ms": _r(percentile(tpot, 50)), "tpot_p99_ms": _r(percentile(tpot, 99)),
+        "latency_p50_s": _r(percentile(e2e, 50), 3), "latency_p99_s": _r(percentile(e2e, 99), 3),
+        # Tokens per verify over requests that speculated; plain steps add tokens
+        # but no verify, so on adaptive servers this counts both (see docs).
+        "tokens_per_verify": _r(tokens / verifies, 3) if verifies else None,
+    }
+
+
+def mode_samples(log_text: str) -> list[tuple[float, int, int, int]]:
+    """(unix time, plain batches, speculative batches, switches), cumulative, from the log."""
+    out = []
+    for stamp, _total, plain, spec, switches in MODE_RE.findall(log_text):
+        t = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
+        out.append((t, int(plain), int(spec), int(switches)))
+    return out
+
+
+def _at(samples, t):
+    """The last cumulative sample at or before t (zeros before the first)."""
+    last = (t, 0, 0, 0)
+    for s in samples:
+        if s[0] > t:
+            break
+        last = s
+    return last
+
+
+def mode_window(samples, start: float, end: float) -> dict:
+    """Plain share of decode batches and switches between two wall-clock times.
+
+    Log stamps have one-second resolution; the window is widened to whole seconds.
+    Empty for servers that log no mode counters (static configurations)."""
+    if not samples:
+        return {}
+    a, b = _at(samples, int(start) - 1), _at(samples, int(end) + 1)
+    plain, spec = b[1] - a[1], b[2] - a[2]
+    total = plain + spec
+    return {"plain_share": round(plain / total, 4) if total else None,
+            "switches": b[3] - a[3], "decode_batches": total}
+
+
+def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
+    """[[t from start, plain share in the bin or None], ...] over ``seconds``."""
+    out = []
+    t = 0.0
+    while t < seconds:
+        a, b = _at(samples, start + t), _at(samples, start + t + bin_s)
+        plain, spec = b[1] - a[1], b[2] - a[2]
+        out.append([round(t, 2), round(plain / (plain + spec), 3) if plain + spec else None])
+        t += bin_s
+    return out
+
+
+def throughput_timeline(records, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
+    """[[t from start, output tok/s of requests finishing in the bin], ...] (coarse: whole requests)."""
+    bins = [0] * max(1, int(seconds / bin_s) + 1)
+    for r in records:
+        if r.error is None and r.end is not None:
+            i = int((r.end - start) / bin_s)
+            if 0 <= i < len(bins):
+                bins[i] += r.output_tokens
+    return [[round(i * bin_s, 2), round(n / bin_s, 1)] for i, n in enumerate(bins)]

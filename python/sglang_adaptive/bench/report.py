@@ -1,0 +1,222 @@
+"""JSON lines -> Markdown tables (ratios to the best static configuration) and PNG plots.
+
+Rows: one JSON object per configuration x load point, with ``label``, ``workload``
+(``closed``, ``open`` or ``phased``; rows without it, as ``loadgen.py`` prints
+them, count as closed) and the metrics of ``metrics.summarize``. Plots need
+matplotlib; without it the tables are still written.
+
+usage: python -m sglang_adaptive.bench.report RESULTS.jsonl [MORE.jsonl ...] [--out DIR]
+(several files: rows of runs made in parts, e.g. one configuration per device call)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sglang_adaptive.bench.configs import LABELS as ORDER, STATIC
+
+
+def load_rows(path) -> list[dict]:
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            row = json.loads(line)
+            if {"label", "output_tok_per_s"} <= row.keys():
+                row.setdefault("workload", "closed")
+                rows.append(row)
+    return rows
+
+
+def pivot(rows: list[dict], metric: str = "output_tok_per_s", key: str = "concurrency",
+          workload: str = "closed") -> tuple[list[str], dict]:
+    """labels in display order, {load point: {label: value}}."""
+    table: dict = {}
+    for row in rows:
+        if row.get("workload", "closed") == workload and row.get(metric) is not None and key in row:
+            table.setdefault(row[key], {})[row["label"]] = float(row[metric])
+    seen = {label for values in table.values() for label in values}
+    labels = [label for label in ORDER if label in seen] + sorted(seen - set(ORDER))
+    return labels, dict(sorted(table.items()))
+
+
+def best_static(values: dict, lower_is_better: bool = False):
+    present = [(values[label], label) for label in STATIC if label in values]
+    if not present:
+        return None
+    value, label = (min if lower_is_better else max)(present)
+    return label, value
+
+
+def ratio_table(rows: list[dict], metric: str = "output_tok_per_s", key: str = "concurrency",
+                workload: str = "closed", lower_is_better: bool = False, digits: int = 1) -> str:
+    """Values per configuration and, for non-static ones, the ratio to the best static
+    configuration at that load point (higher is better in both cases: for a
+    lower-is-better metric the ratio is best / value)."""
+    labels, table = pivot(rows, metric, key, workload)
+    if not table:
+        return ""
+    others = [label for label in labels if label not in STATIC]
+    head = [key, *labels, *[f"{label} vs best static" for label in others]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for point, values in table.items():
+        cells = [f"{point:g}"] + [f"{values[label]:.{digits}f}" if label in values else "-" for label in labels]
+        best = best_static(values, lower_is_better)
+        for label in others:
+            if best is None or label not in values or not values[label]:
+                cells.append("-")
+            else:
+                ratio = best[1] / values[label] if lower_is_better else values[label] / best[1]
+                cells.append(f"{ratio:.2f} ({best[0]})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def phased_table(rows: list[dict]) -> str:
+    rows = [r for r in rows if r.get("workload") == "phased"]
+    if not rows:
+        return ""
+    lines = ["| configuration | output tok/s | TPOT p50 / p99 (ms) | TTFT p50 / p99 (ms) | plain share | switches |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        share = r.get("plain_share")
+        lines.append(
+            f"| {r['label']} | {r['output_tok_per_s']:.1f} | {r.get('tpot_p50_ms')} / {r.get('tpot_p99_ms')} | "
+            f"{r.get('ttft_p50_ms')} / {r.get('ttft_p99_ms')} | "
+            f"{'-' if share is None else f'{share:.0%}'} | {r.get('switches', '-')} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(rows: list[dict]) -> str:
+    parts = []
+    sections = [
+        ("Closed loop: output tok/s against concurrency", dict(workload="closed")),
+        ("Closed loop: TPOT p50 (ms) against concurrency (ratio: best static / this)",
+         dict(workload="closed", metric="tpot_p50_ms", lower_is_better=True, digits=2)),
+        ("Open loop: output tok/s against request rate (req/s)", dict(workload="open", key="rate")),
+        ("Open loop: TPOT p50 (ms) against request rate (ratio: best static / this)",
+         dict(workload="open", key="rate", metric="tpot_p50_ms", lower_is_better=True, digits=2)),
+    ]
+    for title, kwargs in sections:
+        table = ratio_table(rows, **kwargs)
+        if table:
+            parts.append(f"### {title}\n\n{table}")
+    phased = phased_table(rows)
+    if phased:
+        parts.append(f"### Time-varying load (phases of concurrency)\n\n{phased}")
+    return "\n".join(parts)
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sweep(rows, metric: str, ylabel: str, path: Path, key: str = "concurrency",
+               workload: str = "closed", xlabel: str = "concurrency (requests in flight)") -> bool:
+    plt = _pyplot()
+    labels, table = pivot(rows, metric, key, workload)
+    if plt is None or not table:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    for label in labels:
+        points = [(p, v[label]) for p, v in table.items() if label in v]
+        xs, ys = zip(*points)
+        # A configuration measured at only some points gets markers only: a line
+        # would suggest values in between.
+        style = "-" if len(points) == len(table) else ""
+        ax.plot(xs, ys, marker="o", linestyle=style, label=label,
+                linewidth=2.6 if label.startswith("adaptive") else 1.4)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(table))
+    ax.set_xticklabels([f"{p:g}" for p in table])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def plot_mode_over_time(rows, path: Path) -> bool:
+    """Per configuration: output tok/s over time; for adaptive ones the plain share;
+    the target concurrency as a step line."""
+    plt = _pyplot()
+    rows = [r for r in rows if r.get("workload") == "phased" and r.get("throughput_timeline")]
+    if plt is None or not rows:
+        return False
+    fig, (ax_c, ax_t, ax_m) = plt.subplots(3, 1, figsize=(7, 7.5), dpi=100, sharex=True)
+    phases = rows[0].get("phases") or []
+    t, xs, ys = 0.0, [], []
+    for seconds, concurrency in phases:
+        xs += [t, t + seconds]
+        ys += [concurrency, concurrency]
+        t += seconds
+    ax_c.plot(xs, ys, color="black")
+    ax_c.set_ylabel("target concurrency")
+    for r in rows:
+        tl = r["throughput_timeline"]
+        ax_t.plot([p[0] for p in tl], [p[1] for p in tl], label=r["label"],
+                  linewidth=2.2 if r["label"].startswith("adaptive") else 1.2)
+        mode = r.get("mode_timeline") or []
+        if any(p[1] is not None for p in mode):
+            ax_m.step([p[0] for p in mode], [p[1] if p[1] is not None else float("nan") for p in mode],
+                      where="post", label=r["label"])
+    ax_t.set_ylabel("output tok/s (finished requests)")
+    ax_t.legend(fontsize=8)
+    ax_m.set_ylabel("plain share of decode batches")
+    ax_m.set_ylim(-0.05, 1.05)
+    ax_m.set_xlabel("seconds from the start of the load")
+    if ax_m.get_legend_handles_labels()[0]:
+        ax_m.legend(fontsize=8)
+    for ax in (ax_c, ax_t, ax_m):
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def write(rows: list[dict], out: Path) -> list[Path]:
+    """Write report.md and every plot the rows allow; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "report.md"]
+    written[0].write_text(markdown(rows))
+    plots = [
+        (plot_sweep, (rows, "output_tok_per_s", "output tokens / s", out / "throughput.png")),
+        (plot_sweep, (rows, "tpot_p50_ms", "TPOT p50 (ms)", out / "tpot.png")),
+        (plot_sweep, (rows, "per_request_tok_per_s", "tokens / s per request", out / "per_request.png")),
+        (plot_sweep, (rows, "tpot_p50_ms", "TPOT p50 (ms)", out / "open_loop_tpot.png", "rate", "open",
+                      "request rate (requests / s, Poisson)")),
+        (plot_mode_over_time, (rows, out / "mode_over_time.png")),
+    ]
+    for fn, args in plots:
+        if fn(*args):
+            written.append(args[-1] if fn is plot_mode_over_time else args[3])
+    return written
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+")
+    p.add_argument("--out", default=None, help="default: beside the first RESULTS")
+    a = p.parse_args(argv)
+    out = Path(a.out) if a.out else Path(a.results[0]).parent
+    rows = [row for path in a.results for row in load_rows(path)]
+    for path in write(rows, out):
+        print(f"wrote {path}")
+    print((out / "report.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

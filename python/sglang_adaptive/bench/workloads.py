@@ -1,0 +1,90 @@
+"""The load shapes: closed-loop concurrency, open-loop request rate, and phases of
+changing concurrency. Pure Python: what is sent when, not how."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Closed:
+    """``concurrency`` requests always in flight until ``num_requests`` are done."""
+
+    concurrency: int
+    num_requests: int
+    kind: str = "closed"
+
+    @property
+    def point(self) -> dict:
+        return {"workload": self.kind, "concurrency": self.concurrency}
+
+
+@dataclass(frozen=True)
+class Open:
+    """Poisson arrivals at ``rate`` requests/s, whatever is in flight."""
+
+    rate: float
+    num_requests: int
+    seed: int = 0
+    kind: str = "open"
+
+    @property
+    def point(self) -> dict:
+        return {"workload": self.kind, "rate": self.rate}
+
+    def arrival_times(self) -> list[float]:
+        rng = random.Random(self.seed)
+        t, times = 0.0, []
+        for _ in range(self.num_requests):
+            times.append(t)
+            t += rng.expovariate(self.rate)
+        return times
+
+
+@dataclass(frozen=True)
+class Phased:
+    """Closed loop whose concurrency follows ``phases`` = ((seconds, concurrency), ...)."""
+
+    phases: tuple
+    kind: str = "phased"
+
+    @property
+    def point(self) -> dict:
+        return {"workload": self.kind, "phases": [list(p) for p in self.phases]}
+
+    @property
+    def duration(self) -> float:
+        return sum(seconds for seconds, _ in self.phases)
+
+    def concurrency_at(self, t: float) -> int:
+        """Target concurrency at ``t`` seconds from the start; 0 after the last phase."""
+        end = 0.0
+        for seconds, concurrency in self.phases:
+            end += seconds
+            if t < end:
+                return concurrency
+        return 0
+
+
+def parse_ints(text: str) -> list[int]:
+    return [int(x) for x in text.replace(",", " ").split()] if text else []
+
+
+def parse_floats(text: str) -> list[float]:
+    return [float(x) for x in text.replace(",", " ").split()] if text else []
+
+
+def parse_phases(text: str) -> tuple:
+    """``"20:2,20:64,20:2"`` -> ((20.0, 2), (20.0, 64), (20.0, 2))."""
+    phases = []
+    for item in text.replace(" ", "").split(","):
+        if not item:
+            continue
+        seconds, _, concurrency = item.partition(":")
+        if not concurrency:
+            raise ValueError(f"phase {item!r} is not SECONDS:CONCURRENCY")
+        phases.append((float(seconds), int(concurrency)))
+    if not phases or any(s <= 0 or c < 0 for s, c in phases):
+        raise ValueError(f"phases {text!r}: need SECONDS>0:CONCURRENCY>=0, comma separated")
+    return tuple(phases)

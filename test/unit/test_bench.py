@@ -1,0 +1,258 @@
+"""The benchmark suite without a GPU: workloads, the streaming client against a fake
+SGLang /generate endpoint, summaries, mode counters from a server log, the
+orchestrator end to end (fake servers), and the report from stored rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from datetime import datetime
+
+import pytest
+from aiohttp import web
+
+from sglang_adaptive.bench import __main__ as bench, client, configs, metrics, report
+from sglang_adaptive.bench.workloads import Closed, Open, Phased, parse_phases
+
+
+# -- workloads ----------------------------------------------------------------
+
+def test_open_loop_arrivals_are_poisson_and_reproducible():
+    w = Open(rate=50.0, num_requests=4000, seed=3)
+    times = w.arrival_times()
+    assert times == Open(rate=50.0, num_requests=4000, seed=3).arrival_times()
+    assert times[0] == 0.0 and all(b >= a for a, b in zip(times, times[1:]))
+    assert times[-1] / (len(times) - 1) == pytest.approx(1 / 50.0, rel=0.06)
+
+
+def test_phases():
+    w = Phased(parse_phases("10:2, 5:64,10:2"))
+    assert w.duration == 25
+    assert [w.concurrency_at(t) for t in (0, 9.9, 10, 14.9, 15, 24.9, 25)] == [2, 2, 64, 64, 2, 2, 0]
+    for bad in ("10", "0:4", "5:-1", ""):
+        with pytest.raises(ValueError):
+            parse_phases(bad)
+
+
+# -- summaries and the mode log ------------------------------------------------
+
+def test_summary_of_records():
+    recs = [client.Record(start=0.0, first=0.1, end=1.1, output_tokens=101, verify_ct=40),
+            client.Record(start=0.0, first=0.3, end=2.3, output_tokens=101, verify_ct=60),
+            client.Record(start=0.0, error="HTTP 500")]
+    s = metrics.summarize(recs, seconds=2.0)
+    assert s["requests"] == 3 and s["errors"] == 1
+    assert s["output_tok_per_s"] == 101.0
+    assert s["ttft_p50_ms"] == pytest.approx(200.0) and s["ttft_p99_ms"] == pytest.approx(298.0)
+    assert s["tpot_p50_ms"] == pytest.approx(15.0)  # (10 ms + 20 ms) / 2
+    assert s["tokens_per_verify"] == pytest.approx(2.02)
+
+
+def _stamp(t):
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def mode_log(t0, points):
+    return "".join(
+        f"[{_stamp(t0 + dt)}] AdaptiveEAGLE decode batches: {p + s} (plain {p}, 0.0%; "
+        f"speculative {s}), switches: {w}\n" for dt, p, s, w in points)
+
+
+def test_plain_share_and_timeline_from_the_log():
+    t0 = float(int(time.time()))
+    log = mode_log(t0, [(0, 0, 10, 0), (3, 0, 20, 0), (5, 30, 20, 1), (8, 60, 20, 1), (12, 60, 40, 2)])
+    samples = metrics.mode_samples(log + "[x] unrelated line\n")
+    assert len(samples) == 5
+    w = metrics.mode_window(samples, t0 + 4, t0 + 7)  # widened to whole seconds: 3 .. 8
+    assert w == {"plain_share": 1.0, "switches": 1, "decode_batches": 60}
+    tl = metrics.mode_timeline(samples, t0, 12, bin_s=4)
+    assert tl == [[0.0, 0.0], [4.0, 1.0], [8.0, 0.0]]
+    assert metrics.mode_window([], 0, 1) == {}
+
+
+# -- a fake SGLang /generate ------------------------------------------------------
+
+class FakeSGLang:
+    """Streams ``max_new_tokens`` token ids, one chunk per decode step of ``step_s``;
+    every third request is 'speculative' (2 tokens per verify)."""
+
+    def __init__(self, step_s=0.002):
+        self.step_s, self.n, self.peak, self.live = step_s, 0, 0, 0
+        self.log = []
+        app = web.Application()
+        app.router.add_post("/generate", self.generate)
+        self.runner = web.AppRunner(app)
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+        self.ready.wait(10)
+
+    def _serve(self):
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    async def generate(self, request):
+        body = await request.json()
+        assert body["stream"] is True and body["input_ids"]
+        self.n += 1
+        self.live += 1
+        self.peak = max(self.peak, self.live)
+        n_out = body["sampling_params"]["max_new_tokens"]
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for i in range(n_out):
+            await asyncio.sleep(self.step_s)
+            meta = {"completion_tokens": i + 1, "spec_verify_ct": (i + 2) // 2 if self.n % 3 == 0 else 0}
+            await resp.write(b"data: " + json.dumps({"output_ids": [7], "meta_info": meta}).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        self.live -= 1
+        return resp
+
+
+@pytest.fixture(scope="module")
+def fake():
+    return FakeSGLang()
+
+
+def reqs(n, out=5):
+    return [{"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": out}} for _ in range(n)]
+
+
+def test_closed_loop_keeps_concurrency_and_reads_the_stream(fake):
+    peak_before = fake.peak = 0
+    records, start, seconds = client.run(fake.url, Closed(4, 12), reqs(12))
+    assert len(records) == 12 and all(r.error is None for r in records)
+    assert all(r.output_tokens == 5 and r.start <= r.first <= r.end for r in records)
+    assert fake.peak == 4 and peak_before == 0
+    assert start <= records[0].start and seconds > 0
+
+
+def test_open_loop_sends_on_schedule(fake):
+    w = Open(rate=200.0, num_requests=20, seed=1)
+    records, start, seconds = client.run(fake.url, w, reqs(20))
+    sent = sorted(r.start - start for r in records)
+    assert all(abs(s - a) < 0.05 for s, a in zip(sent, w.arrival_times()))
+
+
+def test_phased_load_follows_its_phases(fake):
+    fake.peak = 0
+    w = Phased(((0.3, 1), (0.3, 6), (0.2, 1)))
+    records, start, seconds = client.run(fake.url, w, lambda i: reqs(1, out=3)[0])
+    assert fake.peak >= 6 and seconds >= 0.8
+    early = [r for r in records if r.start - start < 0.25]
+    assert 1 <= len(early) <= 20  # one at a time in the first phase
+
+
+def test_connection_errors_are_recorded():
+    records, _, _ = client.run("http://127.0.0.1:9", Closed(2, 2), reqs(2))
+    assert all(r.error for r in records)
+
+
+# -- the orchestrator, end to end with fake servers --------------------------------
+
+def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys):
+    started = []
+
+    class FakeServer:
+        def __init__(self, label, args, env, log_dir):
+            self.label, self.args, self.env = label, args, env
+            self.url = fake.url
+            self.t0 = time.time()
+
+        def start(self):
+            if self.label == "upstream-adaptive":
+                raise RuntimeError("server exited")
+            started.append(self.label)
+
+        def stop(self):
+            pass
+
+        def log_text(self):
+            if self.label != "adaptive-threshold":
+                return ""
+            t = int(self.t0)
+            return mode_log(t - 2, [(k, 5 * k, k, k // 10) for k in range(60)])  # one line a second
+
+    rc = bench.main(["--pair", "dummy", "--closed", "1,4", "--rates", "50", "--open-seconds", "0.2",
+                     "--phases", "0.3:1,0.3:4", "--out-len", "4", "--in-len", "3",
+                     "--out", str(tmp_path)], server_factory=FakeServer)
+    assert rc == 1  # one configuration failed; the others are reported
+    assert started == ["plain", "eagle3", "adaptive-threshold"]
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [(r["label"], r["workload"]) for r in rows] == [
+        (label, kind) for label in started for kind in ("closed", "closed", "open", "phased")]
+    adaptive = [r for r in rows if r["label"] == "adaptive-threshold"]
+    assert all(r["plain_share"] == pytest.approx(5 / 6, abs=1e-3) for r in adaptive)
+    assert all("plain_share" not in r for r in rows if r["label"] == "plain")
+    phased = adaptive[-1]
+    assert phased["throughput_timeline"] and phased["mode_timeline"]
+    assert (tmp_path / "report.md").read_text().count("###") >= 3
+    assert (tmp_path / "mode_over_time.png").read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr()
+    assert "[3/4 upstream-adaptive] FAILED: server exited" in out.err
+    assert "[4/4 adaptive-threshold] closed c=4" in out.out
+
+
+def test_dry_run_prints_the_plan(capsys):
+    assert bench.main(["--dry-run", "--configs", "plain,adaptive-threshold", "--threshold", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "--speculative-disable-batch-threshold 8" in text and "SGLANG_SIMULATE_ACC_LEN=2.5" in text
+    assert "load: phased 15s@2,15s@96,15s@2" in text
+    with pytest.raises(ValueError, match="unknown configuration"):
+        bench.main(["--dry-run", "--configs", "plain,nope"])
+
+
+def test_every_configuration_shares_the_common_flags():
+    plan = configs.server_configs(configs.tiny_pair(), threshold=4)
+    base = configs.common_args(configs.tiny_pair(), 128)
+    assert [c.label for c in plan] == list(configs.LABELS)
+    assert all(c.args[:len(base)] == base for c in plan)
+    assert plan[0].env == {} and "--load-format" not in plan[0].args  # real weights
+
+
+# -- the report from stored rows ----------------------------------------------------
+
+def test_report_from_stored_rows(tmp_path):
+    rows = [
+        {"label": "plain", "workload": "closed", "concurrency": 1, "output_tok_per_s": 100, "tpot_p50_ms": 10.0},
+        {"label": "eagle3", "workload": "closed", "concurrency": 1, "output_tok_per_s": 180, "tpot_p50_ms": 5.0},
+        {"label": "adaptive-threshold", "workload": "closed", "concurrency": 1, "output_tok_per_s": 171,
+         "tpot_p50_ms": 5.5, "plain_share": 0.0},
+        {"label": "plain", "workload": "open", "rate": 4.0, "output_tok_per_s": 90, "tpot_p50_ms": 11.0},
+        {"label": "adaptive-threshold", "workload": "phased", "phases": [[1, 2], [1, 8]],
+         "output_tok_per_s": 150, "tpot_p50_ms": 6, "tpot_p99_ms": 9, "ttft_p50_ms": 20, "ttft_p99_ms": 40,
+         "plain_share": 0.25, "switches": 3, "throughput_timeline": [[0, 10], [1, 20]],
+         "mode_timeline": [[0, 0.0], [1, 0.5]]},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
+    loaded = report.load_rows(path)
+    text = report.markdown(loaded)
+    assert "| 1 | 100.0 | 180.0 | 171.0 | 0.95 (eagle3) |" in text       # tok/s ratio
+    assert "| 1 | 10.00 | 5.00 | 5.50 | 0.91 (eagle3) |" in text        # TPOT: best / this
+    assert "| 4 | 90.0 |" in text
+    assert "| adaptive-threshold | 150.0 | 6 / 9 | 20 / 40 | 25% | 3 |" in text
+    written = report.write(loaded, tmp_path / "out")
+    names = {p.name for p in written}
+    assert {"report.md", "throughput.png", "tpot.png", "mode_over_time.png"} <= names
+
+
+def test_report_reads_loadgen_rows_as_closed_loop():
+    from pathlib import Path
+
+    old = Path(__file__).resolve().parents[2] / "benchmark/results/2026-11-29-h200-publish-fix/compare.jsonl"
+    rows = report.load_rows(old)
+    assert {r["workload"] for r in rows} == {"closed"}
+    table = report.ratio_table(rows)
+    assert "| 128 | 10732.9 | 5965.4 | 3036.9 | 10633.4 | 0.28 (plain) | 0.99 (plain) |" in table
