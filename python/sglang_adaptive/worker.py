@@ -147,6 +147,10 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         plain.forward_mode = up.ForwardMode.DECODE
         plain.spec_info = None
         plain.spec_algorithm = up.SpeculativeAlgorithm.NONE
+        # The one field run_batch does read back after the worker: with the unified
+        # KV pool it hands the forward's write set (out_cache_loc) to the allocator.
+        # _forward_isolation restores it afterwards, as for a verify step.
+        batch.out_cache_loc = plain.out_cache_loc
 
         with installed(runner, self._plain_state):
             forward_batch = up.ForwardBatch.init_new(

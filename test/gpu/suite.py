@@ -46,9 +46,12 @@ def base_args(*model_args: str) -> list[str]:
 def configs(base: list[str], draft) -> dict:
     """label -> (server args, env, concurrency or ramp)."""
     spec = base + eagle3_args(draft)
+    # Every configuration runs with the same debug environment (SGLANG_IS_IN_CI also
+    # turns on upstream's FutureMap poisoning under overlap), so the references
+    # differ from the adaptive runs only in the mode.
     return {
-        "plain": (base, {}, 32),
-        "eagle3": (spec, {}, 16),
+        "plain": (base, DEBUG_ENV, 32),
+        "eagle3": (spec, DEBUG_ENV, 16),
         "alternate-1": (spec + ["--speculative-switch-policy", "alternate",
                                 "--speculative-switch-alternate-period", "1"], DEBUG_ENV, 16),
         "alternate-7-no-overlap": (spec + ["--speculative-switch-policy", "alternate",

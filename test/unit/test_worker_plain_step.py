@@ -98,7 +98,8 @@ def test_result_is_marked_plain_and_keeps_the_draft_state(step):
     assert step.worker.war_fastpath_runner is step.runner
 
 
-def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch):
+@pytest.mark.parametrize("unified_memory", [False, True])
+def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch, unified_memory):
     """Upstream's overlap branch of Scheduler.run_batch around the real plain step.
 
     run_batch publishes ``batch.seq_lens + 1`` itself when, after the worker returns
@@ -111,7 +112,7 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch):
 
     from sglang.srt.managers import scheduler as sched_mod
 
-    publishes = []
+    publishes, write_sets = [], []
     runner = NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
                 spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
     monkeypatch.setattr(up.ForwardBatch, "init_new",
@@ -163,7 +164,10 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch):
                       publish=lambda indices, lens: publishes.append(lens.tolist())),
         forward_stream_ctx=contextlib.nullcontext(), forward_stream=NS(wait_stream=lambda s: None),
         schedule_stream=None, model_worker=worker, batch_record_buf=[None, None], batch_record_ct=0,
-        enable_unified_memory=False, device_module=NS(Event=lambda: NS(record=lambda *a, **k: None)),
+        enable_unified_memory=unified_memory,
+        token_to_kv_pool_allocator=NS(set_latest_forward_done_event=lambda ev: None,
+                                      set_inflight_forward=lambda ev, loc: write_sets.append(loc.tolist())),
+        device_module=NS(Event=lambda: NS(record=lambda *a, **k: None)),
         copy_stream=NS(wait_stream=lambda s: None), copy_stream_ctx=contextlib.nullcontext(),
         spec_algorithm=up.SpeculativeAlgorithm.EAGLE3,
         _relay_forward_payload=lambda *a: None, _advance_pending_grammar=lambda *a, **k: None,
@@ -177,8 +181,11 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch):
     result = Scheduler.run_batch(sched, batch)
 
     assert publishes == [[6, 10]]
+    # With the unified KV pool the allocator learns the slots this step writes:
+    # req_to_token[2, 5] and req_to_token[1, 9] of the 4 x 16 table.
+    assert write_sets == ([[37, 25]] if unified_memory else [])
     assert getattr(result, ctl.RESULT_FLAG) is True
     # The scheduler's batch is as it was, apart from the next draft input it installs.
-    assert batch.seq_lens.tolist() == [5, 9]
+    assert batch.seq_lens.tolist() == [5, 9] and batch.out_cache_loc is None
     assert batch.spec_algorithm == up.SpeculativeAlgorithm.EAGLE3
     assert batch.spec_info is result.next_draft_input
