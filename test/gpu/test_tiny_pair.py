@@ -1,14 +1,15 @@
 """The trained tiny pair on a real GPU: real weights through SGLang's loader, real
-acceptance, and the core-worker suite (suite.py) against it. On the GPU host:
+acceptance on held-out prompts, and the core-worker suite (suite.py) against it.
+On the GPU host (its servers are small: run them side by side):
 
-    python -m pytest -m gpu test/gpu/test_tiny_pair.py -v
+    ADAPTIVE_GPU_PARALLEL=7 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v
 """
 
 from __future__ import annotations
 
 import os
 import random
-import sysconfig
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,17 @@ NUM = int(os.environ.get("ADAPTIVE_GPU_NUM", "200"))
 
 
 def text_requests(n: int, seed: int = 1) -> list[dict]:
-    """Prompts cut from standard-library sources (text of the kind the pair was
-    trained on), mixed prompt and output lengths, greedy."""
-    from tokenizers import Tokenizer
+    """Prompts cut from held-out standard-library modules (``heldout_tokens.bin``: the
+    first 32768 tokens of the top-level modules t*.py .. z*.py, which the pair was not
+    trained on, tokenized when the pair was made), mixed prompt and output lengths,
+    greedy. Committed tokens, so every host sends the same requests."""
+    import array
 
-    tok = Tokenizer.from_file(str(PAIR / "target" / "tokenizer.json"))
-    root = Path(sysconfig.get_paths()["stdlib"])
-    text = "\n".join(p.read_text(errors="ignore") for p in sorted(root.glob("*.py"))[-40:])
-    ids = tok.encode(text).ids
+    ids = array.array("H")
+    ids.frombytes((PAIR / "heldout_tokens.bin").read_bytes())
+    if sys.byteorder != "little":
+        ids.byteswap()
+    ids = ids.tolist()
     rng = random.Random(seed)
     reqs = []
     for _ in range(n):

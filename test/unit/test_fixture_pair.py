@@ -45,3 +45,34 @@ def test_draft_checkpoint_matches_sglang_eagle3_names():
     # llama_eagle3.load_weights silently skips names it does not know: be exact.
     assert keys == expected
 
+
+
+def test_held_out_prompts_come_from_files_the_pair_never_saw():
+    import sys
+
+    from tokenizers import Tokenizer
+
+    sys.path.insert(0, str(PAIR.parent))
+    import train_tiny_pair as t
+
+    train, heldout = t.stdlib_files()
+    assert heldout and not set(train) & set(heldout)
+    assert all(p.name >= t.HELDOUT_FROM and p.parent == heldout[0].parent for p in heldout)
+    assert not any("site-packages" in p.parts for p in train)  # machine-independent corpus
+    # The committed held-out tokens are the start of the held-out text, tokenized by
+    # the pair's own tokenizer.
+    tok = Tokenizer.from_file(str(PAIR / "target" / "tokenizer.json"))
+    data = (PAIR / "heldout_tokens.bin").read_bytes()
+    ids = [int.from_bytes(data[i:i + 2], "little") for i in range(0, 400, 2)]
+    assert t.heldout_text().startswith(tok.decode(ids)[:100])
+
+
+def test_served_tokens_per_verify_walks_accepted_runs():
+    import sys
+
+    sys.path.insert(0, str(PAIR.parent))
+    from evaluate_tiny_pair import served
+
+    # Run lengths per position (0..3 drafts accepted): verify at 0 accepts 3 (4 tokens),
+    # next verify at 4 accepts 0, at 5 accepts 1 (2 tokens), then 7.
+    assert served([3, 9, 9, 9, 0, 1, 9, 2]) == (4 + 1 + 2 + 3, 4)
