@@ -65,6 +65,9 @@ def test_plain_share_and_timeline_from_the_log():
     log = mode_log(t0, [(0, 0, 10, 0), (3, 0, 20, 0), (5, 30, 20, 1), (8, 60, 20, 1), (12, 60, 40, 2)])
     samples = metrics.mode_samples(log + "[x] unrelated line\n")
     assert len(samples) == 5
+    # Servers with several GPUs tag the prefix with the rank.
+    tp_log = log.replace("] AdaptiveEAGLE", " TP0] AdaptiveEAGLE")
+    assert metrics.mode_samples(tp_log) == samples
     w = metrics.mode_window(samples, t0 + 4, t0 + 7)  # widened to whole seconds: 3 .. 8
     assert w == {"plain_share": 1.0, "switches": 1, "decode_batches": 60}
     tl = metrics.mode_timeline(samples, t0, 12, bin_s=4)

@@ -10,7 +10,8 @@ from datetime import datetime
 
 # Written by sglang_adaptive.controller every --decode-log-interval decode batches.
 MODE_RE = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] AdaptiveEAGLE decode batches: (\d+) "
+    # SGLang's prefix: "[YYYY-mm-dd HH:MM:SS] " with one GPU, "[... TP0] " etc. with several.
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\] AdaptiveEAGLE decode batches: (\d+) "
     r"\(plain (\d+), [\d.]+%; speculative (\d+)\), switches: (\d+)", re.M)
 
 
