@@ -24,6 +24,14 @@ logger = logging.getLogger(__name__)
 BATCH_FLAG = "adaptive_speculative"
 RESULT_FLAG = "adaptive_plain"
 
+# ModeStats.summary() as logged ("AdaptiveEAGLE " + summary), for the tools that read
+# it back (GPU tests, benchmark): groups total, plain, speculative, switches and the
+# optional max plain KV reserve.
+STATS_LOG_PATTERN = (
+    r"AdaptiveEAGLE decode batches: (\d+) \(plain (\d+), [\d.]+%; speculative (\d+)\), "
+    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?"
+)
+
 
 @dataclass
 class ModeStats:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import aiohttp
 
+from sglang_adaptive.controller import STATS_LOG_PATTERN
+
 COMMON_ARGS = [
     "--attention-backend", "triton",
     "--sampling-backend", "pytorch",
@@ -129,14 +131,18 @@ def make_requests(n: int, seed: int = 0, vocab: int = 32000, in_range=(8, 600),
     return reqs
 
 
+def client_session(timeout: float) -> aiohttp.ClientSession:
+    # aiohttp caps a session at 100 connections by default; a concurrency above that
+    # would silently run as 100.
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout),
+                                 connector=aiohttp.TCPConnector(limit=0))
+
+
 async def _run(url: str, reqs: list[dict], concurrency, timeout: float) -> list[dict]:
     """``concurrency``: an int, or a list of (start_index, concurrency) ramp steps."""
     results: list[dict | None] = [None] * len(reqs)
     ramp = [(0, concurrency)] if isinstance(concurrency, int) else list(concurrency)
-    # aiohttp caps a session at 100 connections by default; a concurrency above that
-    # would silently run as 100.
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout),
-                                     connector=aiohttp.TCPConnector(limit=0)) as s:
+    async with client_session(timeout) as s:
         async def one(i):
             async with s.post(url + "/generate", json=reqs[i]) as r:
                 body = await r.json()
@@ -172,10 +178,7 @@ def first_mismatch(a: list[list[int]], b: list[list[int]]):
     return None
 
 
-STATS_RE = re.compile(
-    r"AdaptiveEAGLE decode batches: (\d+) \(plain (\d+), [\d.]+%; speculative (\d+)\), "
-    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?"
-)
+STATS_RE = re.compile(STATS_LOG_PATTERN)
 
 
 @dataclass

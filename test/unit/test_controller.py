@@ -42,3 +42,18 @@ def test_install_and_reset():
     assert ctl.current() is c
     ctl.reset()
     assert not ctl.current().active
+
+
+def test_stats_line_is_what_the_readers_parse():
+    import re
+
+    from sglang_adaptive.controller import STATS_LOG_PATTERN, ModeStats
+
+    stats = ModeStats()
+    for speculative in (True, False, False, True):
+        stats.record(speculative, 8)
+    stats.max_plain_reserve = 2
+    m = re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary())
+    assert m and m.groups() == ("4", "2", "2", "2", "2")
+    stats.max_plain_reserve = 0
+    assert re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary()).group(5) is None

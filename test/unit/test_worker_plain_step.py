@@ -17,11 +17,34 @@ from sglang_adaptive.upstream import sglang_symbols as up
 from sglang_adaptive.worker import AdaptiveEAGLEWorker
 
 
+def plain_worker(runner, forward, req_to_token) -> AdaptiveEAGLEWorker:
+    """The worker as built on a GPU, minus the GPU: just what a plain step reads."""
+    worker = AdaptiveEAGLEWorker.__new__(AdaptiveEAGLEWorker)
+    worker._target_worker = NS(model_runner=runner, forward_batch_generation=forward)
+    worker._draft_worker = NS(draft_runner="draft-runner")
+    worker._war_runner = "draft-runner"
+    worker._plain_state = ModeState("plain", "plain-backend", "decode-graphs",
+                                    up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
+    worker.req_to_token_pool = NS(req_to_token=req_to_token)
+    return worker
+
+
+def spec_runner():
+    return NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
+              spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
+
+
+def draft_input_of(bonus_tokens: list[int]):
+    n = len(bonus_tokens)
+    return up.EagleDraftInput(
+        bonus_tokens=torch.tensor(bonus_tokens, dtype=torch.int32), topk_p=torch.rand(n, 1),
+        topk_index=torch.arange(1, n + 1).view(n, 1), hidden_states=torch.rand(n, 8))
+
+
 @pytest.fixture
 def step(monkeypatch):
     events = []
-    runner = NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
-                spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
+    runner = spec_runner()
 
     def init_new(batch, model_runner, **kwargs):
         events.append(("init", model_runner.decode_cuda_graph_runner))
@@ -35,19 +58,9 @@ def step(monkeypatch):
         return up.GenerationBatchResult(next_token_ids=torch.tensor([7, 8, 9]))
 
     monkeypatch.setattr(up.ForwardBatch, "init_new", staticmethod(init_new))
-    worker = AdaptiveEAGLEWorker.__new__(AdaptiveEAGLEWorker)
-    worker._target_worker = NS(model_runner=runner, forward_batch_generation=forward)
-    worker._draft_worker = NS(draft_runner="draft-runner")
-    worker._war_runner = "draft-runner"
-    worker._plain_state = ModeState("plain", "plain-backend", "decode-graphs",
-                                    up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
     req_to_token = torch.arange(3 * 16).reshape(3, 16)
-    worker.req_to_token_pool = NS(req_to_token=req_to_token)
-    draft_input = up.EagleDraftInput(
-        bonus_tokens=torch.tensor([4, 5, 6], dtype=torch.int32),
-        topk_p=torch.rand(3, 1), topk_index=torch.tensor([[1], [2], [3]]),
-        hidden_states=torch.rand(3, 8),
-    )
+    worker = plain_worker(runner, forward, req_to_token)
+    draft_input = draft_input_of([4, 5, 6])
     batch = NS(
         spec_info=draft_input, seq_lens=torch.tensor([5, 9, 2]),
         req_pool_indices=torch.tensor([2, 0, 1]), seq_lens_cpu=torch.tensor([5, 9, 2]),
@@ -113,20 +126,12 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch, unif
     from sglang.srt.managers import scheduler as sched_mod
 
     publishes, write_sets = [], []
-    runner = NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
-                spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
     monkeypatch.setattr(up.ForwardBatch, "init_new",
                         staticmethod(lambda batch, model_runner, **kw: NS(batch=batch)))
-    worker = AdaptiveEAGLEWorker.__new__(AdaptiveEAGLEWorker)
-    worker._target_worker = NS(
-        model_runner=runner,
-        forward_batch_generation=lambda batch=None, forward_batch=None: up.GenerationBatchResult(
-            next_token_ids=torch.tensor([7, 8])))
-    worker._draft_worker = NS(draft_runner="draft-runner")
-    worker._war_runner = "draft-runner"
-    worker._plain_state = ModeState("plain", "plain-backend", "decode-graphs",
-                                    up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
-    worker.req_to_token_pool = NS(req_to_token=torch.arange(64).reshape(4, 16))
+    worker = plain_worker(
+        spec_runner(),
+        lambda batch=None, forward_batch=None: up.GenerationBatchResult(next_token_ids=torch.tensor([7, 8])),
+        torch.arange(64).reshape(4, 16))
 
     @dataclasses.dataclass
     class Batch:  # the ScheduleBatch fields run_batch, _forward_isolation and the step touch
@@ -147,9 +152,7 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch, unif
         forward_iter: int = 0
         launch_ts: float = 0.0
 
-    draft_input = up.EagleDraftInput(
-        bonus_tokens=torch.tensor([4, 5], dtype=torch.int32), topk_p=torch.rand(2, 1),
-        topk_index=torch.tensor([[1], [2]]), hidden_states=torch.rand(2, 8))
+    draft_input = draft_input_of([4, 5])
     batch = Batch(spec_info=draft_input, seq_lens=torch.tensor([5, 9]),
                   req_pool_indices=torch.tensor([2, 1]), reqs=[object()] * 2,
                   forward_mode=up.ForwardMode.DECODE, spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)

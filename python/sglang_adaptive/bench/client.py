@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from sglang_adaptive.bench.workloads import Closed, Open, Phased
+from sglang_adaptive.testing import client_session
 
 
 @dataclass
@@ -59,16 +60,10 @@ async def _one(session: aiohttp.ClientSession, url: str, req: dict) -> Record:
     return rec
 
 
-def _session(timeout: float) -> aiohttp.ClientSession:
-    # aiohttp caps a session at 100 connections by default; lift it.
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout),
-                                 connector=aiohttp.TCPConnector(limit=0))
-
-
 async def _closed(url: str, reqs: list[dict], concurrency: int, timeout: float) -> list[Record]:
     records: list[Record] = []
     todo = iter(reqs)
-    async with _session(timeout) as s:
+    async with client_session(timeout) as s:
         async def worker():
             for req in todo:
                 records.append(await _one(s, url, req))
@@ -78,7 +73,7 @@ async def _closed(url: str, reqs: list[dict], concurrency: int, timeout: float) 
 
 
 async def _open(url: str, reqs: list[dict], arrivals: list[float], timeout: float) -> list[Record]:
-    async with _session(timeout) as s:
+    async with client_session(timeout) as s:
         t0 = time.monotonic()
 
         async def at(delay, req):
@@ -91,7 +86,7 @@ async def _open(url: str, reqs: list[dict], arrivals: list[float], timeout: floa
 async def _phased(url: str, make_req, workload: Phased, timeout: float, tick: float = 0.02) -> list[Record]:
     records: list[Record] = []
     in_flight: set = set()
-    async with _session(timeout) as s:
+    async with client_session(timeout) as s:
         t0 = time.monotonic()
         n = 0
         while True:

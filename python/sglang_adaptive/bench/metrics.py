@@ -1,6 +1,7 @@
 """Summaries of one load point, and the adaptive worker's mode counters read from the server log.
 
-Pure Python (no torch, no SGLang import): tested on synthetic records and log lines.
+Pure Python (no torch, no SGLang import; the log pattern comes from the controller,
+which writes the line): tested on synthetic records and log lines.
 """
 
 from __future__ import annotations
@@ -8,11 +9,11 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from sglang_adaptive.controller import STATS_LOG_PATTERN
+
 # Written by sglang_adaptive.controller every --decode-log-interval decode batches.
-MODE_RE = re.compile(
-    # SGLang's prefix: "[YYYY-mm-dd HH:MM:SS] " with one GPU, "[... TP0] " etc. with several.
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\] AdaptiveEAGLE decode batches: (\d+) "
-    r"\(plain (\d+), [\d.]+%; speculative (\d+)\), switches: (\d+)", re.M)
+# SGLang's prefix: "[YYYY-mm-dd HH:MM:SS] " with one GPU, "[... TP0] " etc. with several.
+MODE_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\] " + STATS_LOG_PATTERN, re.M)
 
 
 def percentile(xs: list[float], q: float) -> float | None:
@@ -56,7 +57,7 @@ def summarize(records, seconds: float) -> dict:
 def mode_samples(log_text: str) -> list[tuple[float, int, int, int]]:
     """(unix time, plain batches, speculative batches, switches), cumulative, from the log."""
     out = []
-    for stamp, _total, plain, spec, switches in MODE_RE.findall(log_text):
+    for stamp, _total, plain, spec, switches, _reserve in MODE_RE.findall(log_text):
         t = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
         out.append((t, int(plain), int(spec), int(switches)))
     return out

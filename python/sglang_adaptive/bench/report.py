@@ -192,17 +192,16 @@ def write(rows: list[dict], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "report.md"]
     written[0].write_text(markdown(rows))
-    plots = [
-        (plot_sweep, (rows, "output_tok_per_s", "output tokens / s", out / "throughput.png")),
-        (plot_sweep, (rows, "tpot_p50_ms", "TPOT p50 (ms)", out / "tpot.png")),
-        (plot_sweep, (rows, "per_request_tok_per_s", "tokens / s per request", out / "per_request.png")),
-        (plot_sweep, (rows, "tpot_p50_ms", "TPOT p50 (ms)", out / "open_loop_tpot.png", "rate", "open",
-                      "request rate (requests / s, Poisson)")),
-        (plot_mode_over_time, (rows, out / "mode_over_time.png")),
-    ]
-    for fn, args in plots:
-        if fn(*args):
-            written.append(args[-1] if fn is plot_mode_over_time else args[3])
+    plots = {
+        "throughput.png": lambda path: plot_sweep(rows, "output_tok_per_s", "output tokens / s", path),
+        "tpot.png": lambda path: plot_sweep(rows, "tpot_p50_ms", "TPOT p50 (ms)", path),
+        "per_request.png": lambda path: plot_sweep(rows, "per_request_tok_per_s",
+                                                   "tokens / s per request", path),
+        "open_loop_tpot.png": lambda path: plot_sweep(rows, "tpot_p50_ms", "TPOT p50 (ms)", path, "rate",
+                                                      "open", "request rate (requests / s, Poisson)"),
+        "mode_over_time.png": lambda path: plot_mode_over_time(rows, path),
+    }
+    written += [out / name for name, plot in plots.items() if plot(out / name)]
     return written
 
 
