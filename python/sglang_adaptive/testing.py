@@ -178,6 +178,47 @@ def first_mismatch(a: list[list[int]], b: list[list[int]]):
     return None
 
 
+def with_top_logprobs(reqs: list[dict], k: int = 3) -> list[dict]:
+    """The same requests, also asking for the top-``k`` logprobs of every output token."""
+    return [{**r, "return_logprob": True, "top_logprobs_num": k} for r in reqs]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a request first left the reference server's greedy path.
+
+    ``gap``: the reference's logprob of its own token minus its logprob of the token
+    the other server chose there (inf when that token is not in the reference's
+    top-k). A numerical near-tie has a gap of a few bf16 rounding steps; a defect
+    (a skipped position, a stale KV entry) picks a token the reference ranks far
+    below.
+    """
+
+    request: int
+    token: int
+    gap: float
+
+
+def divergences(ref_results: list[dict], got_ids: list[list[int]]) -> list[Divergence]:
+    """The first divergence of every request whose output differs from the reference's.
+
+    ``ref_results``: the reference server's responses to ``with_top_logprobs`` requests.
+    Only the first divergence counts: after it the two servers continue different texts.
+    """
+    out = []
+    for i, (ref, got) in enumerate(zip(ref_results, got_ids)):
+        want = ref["output_ids"]
+        if want == got:
+            continue
+        j = next((k for k, (p, q) in enumerate(zip(want, got)) if p != q), None)
+        if j is None:  # same prefix, different length: not a numerical effect
+            out.append(Divergence(i, min(len(want), len(got)), float("inf")))
+            continue
+        top = {tok: lp for lp, tok, *_ in ref["meta_info"]["output_top_logprobs"][j]}
+        out.append(Divergence(i, j, top[want[j]] - top.get(got[j], float("-inf"))))
+    return out
+
+
 STATS_RE = re.compile(STATS_LOG_PATTERN)
 
 
@@ -215,8 +256,10 @@ class Run:
         return tokens / verifies if verifies else float("nan")
 
 
-def run_configs(configs: dict, reqs: list[dict], parallel: int | None = None) -> dict[str, Run]:
-    """Start each ``label -> (server args, env, concurrency)`` and send it ``reqs``.
+def run_configs(configs: dict, reqs: list[dict], parallel: int | None = None,
+                requests_for: dict | None = None) -> dict[str, Run]:
+    """Start each ``label -> (server args, env, concurrency)`` and send it ``reqs``
+    (or ``requests_for[label]``, e.g. the same requests asking for logprobs).
 
     ``parallel`` (default: env ``ADAPTIVE_GPU_PARALLEL``, else 1) servers share the
     GPU at a time, each on its own port: worth it for small models, whose servers
@@ -232,7 +275,7 @@ def run_configs(configs: dict, reqs: list[dict], parallel: int | None = None) ->
         results, error = None, None
         try:
             srv.start()
-            results = generate(srv.url, reqs, concurrency)
+            results = generate(srv.url, (requests_for or {}).get(label, reqs), concurrency)
         except Exception as e:  # recorded; the tests that need this run fail on it
             error = str(e)[-4000:]
         finally:

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from sglang_adaptive.testing import COMMON_ARGS, eagle3_args, first_mismatch, run_configs
+from sglang_adaptive.testing import COMMON_ARGS, STATS_RE, divergences, eagle3_args, run_configs, with_top_logprobs
 
 MAX_BS = 32
 DEBUG_ENV = {
@@ -25,9 +25,17 @@ RAMP = [(0, 1), (20, 4), (60, 16), (120, 32)]
 LABELS = ("plain", "eagle3", "alternate-1", "alternate-7-no-overlap", "threshold-8-ramp", "threshold-0",
           "threshold-0-no-overlap")
 ADAPTIVE = LABELS[2:]
+# Greedy outputs may leave the plain server's path only at a numerical near-tie: where
+# the plain server ranks the other server's token within this many nats of its own.
+# Its logits are bf16: at the tiny pair's median top logit (10) their spacing is
+# 0.0625, 1.7% of generated positions are exact ties and 16% within 0.25 (CPU, 60 of
+# the suite's requests). Verify (extend kernels, 4 tokens a request) and decode
+# kernels round differently, so even upstream's static EAGLE-3 flips such ties;
+# skipped positions or stale KV pick tokens the plain server ranks far lower.
+NEAR_TIE_NATS = 0.25
 
 __all__ = [
-    "test_greedy_tokens_equal_plain_server",
+    "test_greedy_tokens_equal_plain_server_but_at_near_ties",
     "test_each_mode_replays_its_own_graphs",
     "test_always_plain_reserves_at_most_two_slots",
     "test_always_plain_admits_as_many_requests_as_plain_server",
@@ -71,7 +79,8 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    out = run_configs(config_table, reqs)
+    # The plain server also returns its top logprobs, to tell near-ties from defects.
+    out = run_configs(config_table, reqs, requests_for={"plain": with_top_logprobs(reqs)})
     summary = {}
     for label, run in out.items():
         summary[label] = {"error": run.error}
@@ -79,9 +88,16 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
             continue
         summary[label]["peak_running"] = run.peak_running()
         summary[label]["equal_requests"] = sum(a == b for a, b in zip(out["plain"].ids or [], run.ids))
+        if out["plain"].results is not None and label != "plain":
+            div = divergences(out["plain"].results, run.ids)
+            summary[label]["divergences"] = [[d.request, d.token, round(d.gap, 4)] for d in div]
+            summary[label]["max_divergence_gap"] = max((d.gap for d in div), default=0.0)
         if label == "eagle3":
             summary[label]["accept_length"] = round(run.accept_length(), 3)
-        if label in ADAPTIVE:
+        det_ref = out.get("plain-deterministic")
+        if label.endswith("-deterministic") and det_ref is not None and det_ref.ids is not None:
+            summary[label]["equal_to_plain_deterministic"] = sum(a == b for a, b in zip(det_ref.ids, run.ids))
+        if STATS_RE.search(run.log):  # an adaptive server
             summary[label].update(run.stats(), decode_replays=run.replays("DECODE"),
                                   verify_replays=run.replays("TARGET_VERIFY"))
     path = os.path.join(os.environ.get("OUT", "/tmp"), f"gpu-suite-{pair_label}.json")
@@ -91,12 +107,15 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
 
 
 @pytest.mark.parametrize("label", [k for k in LABELS if k != "plain"])
-def test_greedy_tokens_equal_plain_server(runs, label):
+def test_greedy_tokens_equal_plain_server_but_at_near_ties(runs, label):
     assert runs["plain"].error is None, runs["plain"].error
     assert runs[label].error is None, runs[label].error
-    ref, got = runs["plain"].ids, runs[label].ids
+    ref, got = runs["plain"].results, runs[label].ids
     assert len(got) == len(ref)
-    assert first_mismatch(ref, got) is None, f"first mismatch (request, token, len): {first_mismatch(ref, got)}"
+    div = divergences(ref, got)
+    off = [d for d in div if d.gap > NEAR_TIE_NATS]
+    assert not off, (f"{len(off)} of {len(ref)} requests left the plain server's greedy path where it "
+                     f"was not near-tied (> {NEAR_TIE_NATS} nats); first {off[:5]}")
 
 
 @pytest.mark.parametrize("label", ADAPTIVE)

@@ -2,7 +2,7 @@
 acceptance on held-out prompts, and the core-worker suite (suite.py) against it.
 On the GPU host (its servers are small: run them side by side):
 
-    ADAPTIVE_GPU_PARALLEL=7 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v
+    ADAPTIVE_GPU_PARALLEL=9 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
-from suite import base_args, collect, configs
+from suite import DEBUG_ENV, base_args, collect, configs
+
+from sglang_adaptive.testing import eagle3_args
 
 pytestmark = pytest.mark.gpu
 
@@ -50,9 +52,26 @@ def runs():
     # Real weights: SGLang's own loader, no --load-format dummy. 1024-token context,
     # so a small KV budget keeps 32 concurrent requests under memory pressure too.
     base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000")
-    return collect("tiny-pair", configs(base, PAIR / "eagle3"), text_requests(NUM))
+    table = configs(base, PAIR / "eagle3")
+    # Batch-invariant kernels (upstream's deterministic inference) remove the rounding
+    # differences between batch compositions, so the adaptive worker's plain steps must
+    # then reproduce the plain server bit for bit, near-ties included.
+    det = ["--enable-deterministic-inference"]
+    table["plain-deterministic"] = (base + det, DEBUG_ENV, 32)
+    table["threshold-0-deterministic"] = (
+        base + det + eagle3_args(PAIR / "eagle3") + ["--speculative-disable-batch-threshold", "0"], DEBUG_ENV, 32)
+    return collect("tiny-pair", table, text_requests(NUM))
 
 
 def test_static_eagle3_accepts_at_least_two_tokens_per_verify(runs):
     assert runs["eagle3"].error is None, runs["eagle3"].error
     assert runs["eagle3"].accept_length() >= 2.0
+
+
+def test_plain_steps_reproduce_plain_server_bit_for_bit_with_deterministic_kernels(runs):
+    ref, got = runs["plain-deterministic"], runs["threshold-0-deterministic"]
+    assert ref.error is None, ref.error
+    assert got.error is None, got.error
+    assert got.stats()["spec"] == 0
+    mismatching = [i for i, (a, b) in enumerate(zip(ref.ids, got.ids)) if a != b]
+    assert not mismatching, f"{len(mismatching)} of {len(ref.ids)} requests differ, first {mismatching[:5]}"

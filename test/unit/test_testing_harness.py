@@ -55,3 +55,31 @@ def test_every_configuration_runs_once_in_order(fake_servers, parallel):
     # One port per configuration, so overlapping servers never collide.
     assert len(set(fake_servers["ports"].values())) == 3
     assert fake_servers["max_live"] == min(parallel, 3)
+
+
+def test_requests_for_overrides_one_configuration(fake_servers):
+    runs = testing.run_configs({"a": ([], {}, 1), "b": ([], {}, 1)}, [10], requests_for={"b": [20]})
+    assert runs["a"].ids == [[10, 1]] and runs["b"].ids == [[20, 1]]
+
+
+def _ref(ids, tops):
+    return {"output_ids": ids, "meta_info": {"output_top_logprobs": [[(lp, t, None) for t, lp in top.items()]
+                                                                    for top in tops]}}
+
+
+def test_divergences_measure_the_reference_gap_at_the_first_difference():
+    tops = [{5: -0.1, 6: -3.0}, {7: -0.70, 8: -0.75, 9: -4.0}, {1: -0.2, 2: -2.0}]
+    ref = [_ref([5, 7, 1], tops), _ref([5, 7, 1], tops), _ref([5, 7, 1], tops), _ref([5, 7, 1], tops)]
+    got = [[5, 7, 1],   # equal: no divergence
+           [5, 8, 2],   # flips a near-tie at token 1; what follows is another text
+           [6, 7, 1],   # takes a token the reference ranks 2.9 nats lower
+           [5, 3, 1]]   # takes a token outside the reference's top-k
+    div = testing.divergences(ref, got)
+    assert [(d.request, d.token) for d in div] == [(1, 1), (2, 0), (3, 1)]
+    assert abs(div[0].gap - 0.05) < 1e-9 and abs(div[1].gap - 2.9) < 1e-9
+    assert div[2].gap == float("inf")
+
+
+def test_with_top_logprobs_keeps_the_request():
+    (r,) = testing.with_top_logprobs([{"input_ids": [1], "sampling_params": {"temperature": 0.0}}], k=2)
+    assert r["input_ids"] == [1] and r["return_logprob"] and r["top_logprobs_num"] == 2

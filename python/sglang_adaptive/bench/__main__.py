@@ -48,8 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--closed", default="1,8,32,128", help="concurrencies; empty to skip")
     p.add_argument("--requests-per-client", type=int, default=4,
                    help="closed loop: requests per concurrency slot (at least 8 in all)")
-    p.add_argument("--rates", default="4,16,64", help="open loop, requests/s; empty to skip")
-    p.add_argument("--open-seconds", type=float, default=10.0, help="open loop: requests = rate x this")
+    p.add_argument("--rates", default="4,16,48", help="open loop, requests/s; empty to skip")
+    p.add_argument("--open-seconds", type=float, default=8.0, help="open loop: requests = rate x this")
     p.add_argument("--phases", default="15:2,15:96,15:2",
                    help="time-varying load, SECONDS:CONCURRENCY,...; empty to skip")
     p.add_argument("--in-len", type=int, default=256)

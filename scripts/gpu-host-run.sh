@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Run GPU jobs longer than one device command (10 minutes) on the lent GPU host.
+#
+#   start STEP...   copy the repo to /tmp/repo (later calls re-sync the working tree in
+#                   place; the jobs must not read a tree being rewritten), install the
+#                   plugin from there, and run the steps one after another in a new
+#                   process session, which outlives the command;
+#   wait SECONDS    follow the jobs for at most SECONDS, then copy each step's folder
+#                   (as STEP.tgz, logs included) and the progress log to $OUT.
+#
+# Steps: tiny   GPU suite on the trained tiny pair (9 servers side by side)
+#        dummy  GPU suite on the dummy Llama-3-8B-shaped pair (4 side by side)
+#        bench  python -m sglang_adaptive.bench with its defaults (the README's main job)
+#        train  test/fixtures/train_tiny_pair.py with its GPU defaults, timed; runs
+#               beside the next step (its time is then an upper bound)
+#
+# usage, after `source .gpu-bundle/gpu/setup-host.sh`:
+#   scripts/gpu-host-run.sh start train tiny dummy bench && scripts/gpu-host-run.sh wait 540
+#   scripts/gpu-host-run.sh wait 590          # next call, within the machine's warm period
+set -uo pipefail
+W=/tmp/gpu-jobs
+cmd="${1:?start STEP... | wait SECONDS}"
+shift
+
+if [ "$cmd" = start ]; then
+    mkdir -p /tmp/repo "$W"
+    tar -C "$(cd "$(dirname "$0")/.." && pwd)" --exclude=./.gpu-bundle -cf - . | tar -C /tmp/repo -xf -
+    cd /tmp/repo || exit 1
+    # shellcheck disable=SC1091
+    source scripts/install-on-gpu-host.sh || exit 1
+    export PYTHONUNBUFFERED=1
+    setsid bash -c '
+        W='"$W"'
+        step() {  # name, command...
+            local name="$1"; shift
+            mkdir -p "$W/$name"
+            echo "$(date +%T) start $name" >>"$W/progress.log"
+            local t0=$SECONDS
+            OUT="$W/$name" "$@" >"$W/$name/output.txt" 2>&1
+            echo "$(date +%T) end $name rc=$? after $((SECONDS - t0)) s" >>"$W/progress.log"
+        }
+        for s in '"$*"'; do
+            case "$s" in
+            train) step train python test/fixtures/train_tiny_pair.py --out "$W/train/pair" & ;;
+            tiny) step tiny env ADAPTIVE_GPU_PARALLEL=9 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider ;;
+            dummy) step dummy env ADAPTIVE_GPU_PARALLEL=4 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v -p no:cacheprovider ;;
+            bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
+            *) echo "unknown step $s" >>"$W/progress.log" ;;
+            esac
+        done
+        wait
+        echo "$(date +%T) all done" >>"$W/progress.log"
+    ' </dev/null >"$W/driver.log" 2>&1 &
+    echo "started: $*"
+    exit 0
+fi
+
+if [ "$cmd" = wait ]; then
+    deadline=$((SECONDS + ${1:?seconds}))
+    seen=0
+    while [ $SECONDS -lt $deadline ]; do
+        n=$( (wc -l <"$W/progress.log") 2>/dev/null || echo 0)
+        if [ "$n" -gt "$seen" ]; then sed -n "$((seen + 1)),${n}p" "$W/progress.log"; seen=$n; fi
+        grep -q "all done" "$W/progress.log" 2>/dev/null && break
+        sleep 5
+    done
+    cp "$W/progress.log" "$OUT/" 2>/dev/null
+    for d in "$W"/*/; do
+        name=$(basename "$d")
+        tar -C "$W" -czf "$OUT/$name.tgz" "$name"
+        echo "== $name: $(tail -n 3 "$d/output.txt" 2>/dev/null | tr '\n' ' ')"
+    done
+    exit 0
+fi
+echo "unknown command $cmd" >&2
+exit 2
