@@ -8,7 +8,7 @@
 #   wait SECONDS    follow the jobs for at most SECONDS, then copy each step's folder
 #                   (as STEP.tgz, logs included) and the progress log to $OUT.
 #
-# Steps: tiny   GPU suite on the trained tiny pair (9 servers side by side)
+# Steps: tiny   GPU suite on the trained tiny pair (10 servers side by side)
 #        dummy  GPU suite on the dummy Llama-3-8B-shaped pair (4 side by side)
 #        bench  python -m sglang_adaptive.bench with its defaults (the README's main job)
 #        train  test/fixtures/train_tiny_pair.py with its GPU defaults, timed; runs
@@ -37,12 +37,13 @@ if [ "$cmd" = start ]; then
             echo "$(date +%T) start $name" >>"$W/progress.log"
             local t0=$SECONDS
             OUT="$W/$name" "$@" >"$W/$name/output.txt" 2>&1
-            echo "$(date +%T) end $name rc=$? after $((SECONDS - t0)) s" >>"$W/progress.log"
+            local rc=$?  # before any $(...) below resets it
+            echo "$(date +%T) end $name rc=$rc after $((SECONDS - t0)) s" >>"$W/progress.log"
         }
         for s in '"$*"'; do
             case "$s" in
             train) step train python test/fixtures/train_tiny_pair.py --out "$W/train/pair" & ;;
-            tiny) step tiny env ADAPTIVE_GPU_PARALLEL=9 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider ;;
+            tiny) step tiny env ADAPTIVE_GPU_PARALLEL=10 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider ;;
             dummy) step dummy env ADAPTIVE_GPU_PARALLEL=4 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v -p no:cacheprovider ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
             *) echo "unknown step $s" >>"$W/progress.log" ;;

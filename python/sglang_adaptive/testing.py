@@ -220,6 +220,7 @@ def divergences(ref_results: list[dict], got_ids: list[list[int]]) -> list[Diver
 
 
 STATS_RE = re.compile(STATS_LOG_PATTERN)
+DECODE_LINE_RE = re.compile(r"Decode batch, #running-req: (\d+),.*?#queue-req: (\d+)")
 
 
 @dataclass
@@ -248,6 +249,14 @@ class Run:
 
     def peak_running(self) -> int:
         return max(int(x) for x in re.findall(r"Decode batch.*?#running-req: (\d+)", self.log))
+
+    def memory_bound_concurrency(self) -> float:
+        """Mean running requests over the decode batches logged while requests waited
+        in the queue (needs --decode-log-interval 1): then the KV budget, not the load,
+        set how many ran. 0.0 if nothing ever waited. Steadier than the peak, which a
+        single step's timing decides."""
+        running = [int(a) for a, q in DECODE_LINE_RE.findall(self.log) if int(q) > 0]
+        return sum(running) / len(running) if running else 0.0
 
     def accept_length(self) -> float:
         """Tokens per verify over all requests (meaningful when every step speculates)."""

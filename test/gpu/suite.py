@@ -28,11 +28,18 @@ ADAPTIVE = LABELS[2:]
 # Greedy outputs may leave the plain server's path only at a numerical near-tie: where
 # the plain server ranks the other server's token within this many nats of its own.
 # Its logits are bf16: at the tiny pair's median top logit (10) their spacing is
-# 0.0625, 1.7% of generated positions are exact ties and 16% within 0.25 (CPU, 60 of
+# 0.0625, 1.7% of generated positions are exact ties and 9% within 0.125 (CPU, 60 of
 # the suite's requests). Verify (extend kernels, 4 tokens a request) and decode
-# kernels round differently, so even upstream's static EAGLE-3 flips such ties;
-# skipped positions or stale KV pick tokens the plain server ranks far lower.
-NEAR_TIE_NATS = 0.25
+# kernels round differently, so even upstream's static EAGLE-3 flips such ties (on the
+# H200 every divergence of every configuration, upstream's included, was at most
+# 0.0625); skipped positions or stale KV pick tokens the plain server ranks far lower.
+NEAR_TIE_NATS = 0.125
+# Requests running while others wait for memory, averaged over those decode batches:
+# two plain servers (plain, plain-deterministic) differed by 1% on the tiny pair. An
+# always-plain server that kept the speculative reserve (8 slots a request instead of
+# 2) would give up about 2% of this KV budget; the reserve itself is checked exactly by
+# test_always_plain_reserves_at_most_two_slots.
+ADMISSION_TOLERANCE = 0.02
 
 __all__ = [
     "test_greedy_tokens_equal_plain_server_but_at_near_ties",
@@ -87,6 +94,7 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
         if run.error is not None:
             continue
         summary[label]["peak_running"] = run.peak_running()
+        summary[label]["memory_bound_concurrency"] = round(run.memory_bound_concurrency(), 3)
         summary[label]["equal_requests"] = sum(a == b for a, b in zip(out["plain"].ids or [], run.ids))
         if out["plain"].results is not None and label != "plain":
             div = divergences(out["plain"].results, run.ids)
@@ -142,7 +150,10 @@ def test_always_plain_reserves_at_most_two_slots(runs):
 
 def test_always_plain_admits_as_many_requests_as_plain_server(runs):
     assert runs["threshold-0"].error is None and runs["plain"].error is None
-    assert runs["threshold-0"].peak_running() >= runs["plain"].peak_running()
+    ref = runs["plain"].memory_bound_concurrency()
+    got = runs["threshold-0"].memory_bound_concurrency()
+    assert ref > 0, "the load never queued on the plain server: nothing measured"
+    assert got >= ref * (1 - ADMISSION_TOLERANCE), f"{got:.2f} running requests under memory pressure, plain {ref:.2f}"
 
 
 @pytest.mark.parametrize("label", ADAPTIVE)

@@ -5,7 +5,7 @@ suite.py). Real kernels, dummy weights, no simulated acceptance; the same greedy
 requests (mixed prompt and output lengths) go to every configuration. On the GPU host:
 
     source .gpu-bundle/gpu/setup-host.sh && source scripts/install-on-gpu-host.sh
-    python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v   # ~9 min on one H200
+    ADAPTIVE_GPU_PARALLEL=4 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v   # ~4 min on one H200
 
 ``ADAPTIVE_GPU_NUM`` sets the number of requests (default 200).
 """

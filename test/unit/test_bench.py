@@ -197,6 +197,9 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys):
         (label, kind) for label in started for kind in ("closed", "closed", "open", "phased")]
     adaptive = [r for r in rows if r["label"] == "adaptive-threshold"]
     assert all(r["plain_share"] == pytest.approx(5 / 6, abs=1e-3) for r in adaptive)
+    # Plain tokens have no verify: a per-request ratio would overstate acceptance.
+    assert all(r["tokens_per_verify"] is None for r in adaptive)
+    assert all(r["tokens_per_verify"] is not None for r in rows if r["label"] == "eagle3")
     assert all("plain_share" not in r for r in rows if r["label"] == "plain")
     phased = adaptive[-1]
     assert phased["throughput_timeline"] and phased["mode_timeline"]

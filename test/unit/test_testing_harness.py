@@ -83,3 +83,18 @@ def test_divergences_measure_the_reference_gap_at_the_first_difference():
 def test_with_top_logprobs_keeps_the_request():
     (r,) = testing.with_top_logprobs([{"input_ids": [1], "sampling_params": {"temperature": 0.0}}], k=2)
     assert r["input_ids"] == [1] and r["return_logprob"] and r["top_logprobs_num"] == 2
+
+
+# Decode lines as SGLang 0.5.17 logs them (timestamps and throughput trimmed).
+_LINE = ("[2026-11-29 14:28:03] Decode batch, #running-req: {}, #token: 5720, token usage: 0.71, {}"
+         "cuda graph: True, gen throughput (token/s): 28.00, #queue-req: {}\n")
+LOG = (_LINE.format(1, "", 0) + _LINE.format(28, "", 4)
+       + _LINE.format(25, "accept len: 2.38, accept rate: 0.46, ", 11) + _LINE.format(32, "", 0))
+
+
+def test_memory_bound_concurrency_averages_batches_with_a_queue():
+    run = testing.Run(results=[], log=LOG)
+    assert run.peak_running() == 32
+    assert run.memory_bound_concurrency() == 26.5  # (28 + 25) / 2: only batches with requests waiting
+    assert testing.Run(results=[], log=LOG.replace("#queue-req: 4", "#queue-req: 0")
+                       .replace("#queue-req: 11", "#queue-req: 0")).memory_bound_concurrency() == 0.0

@@ -103,6 +103,8 @@ def measure(label: str, url: str, w, a, log_text, seed: int) -> dict:
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
     samples = metrics.mode_samples(log_text())
     row.update(metrics.mode_window(samples, start, start + seconds))
+    if row.get("plain_share"):  # plain tokens count in the total but have no verify
+        row["tokens_per_verify"] = None
     if isinstance(w, Phased):
         row["throughput_timeline"] = metrics.throughput_timeline(records, start, seconds)
         row["mode_timeline"] = metrics.mode_timeline(samples, start, seconds) if samples else []

@@ -48,8 +48,8 @@ def summarize(records, seconds: float) -> dict:
         "ttft_p50_ms": _r(percentile(ttft, 50)), "ttft_p99_ms": _r(percentile(ttft, 99)),
         "tpot_p50_ms": _r(percentile(tpot, 50)), "tpot_p99_ms": _r(percentile(tpot, 99)),
         "latency_p50_s": _r(percentile(e2e, 50), 3), "latency_p99_s": _r(percentile(e2e, 99), 3),
-        # Tokens per verify over requests that speculated; plain steps add tokens
-        # but no verify, so on adaptive servers this counts both (see docs).
+        # Tokens per verify from the per-request counters. Where an adaptive server
+        # ran plain batches their tokens have no verify; the caller drops the figure.
         "tokens_per_verify": _r(tokens / verifies, 3) if verifies else None,
     }
 
