@@ -148,6 +148,16 @@ def test_open_loop_sends_on_schedule(fake):
     assert all(abs(s - a) < 0.05 for s, a in zip(sent, w.arrival_times()))
 
 
+def test_throughput_timeline_spreads_tokens_over_each_stream():
+    t0 = 1000.0
+    records = [client.Record(start=t0, first=t0 + 0.5, end=t0 + 2.5, output_tokens=200),  # 100 tok/s
+               client.Record(start=t0, first=None, end=t0 + 1.2, output_tokens=7),        # one chunk
+               client.Record(start=t0, end=t0 + 1.0, error="HTTP 500")]
+    tl = metrics.throughput_timeline(records, t0, 3.0)
+    assert tl == [[0.0, 50.0], [1.0, 107.0], [2.0, 50.0], [3.0, 0.0]]
+    assert sum(v for _, v in tl) == 207
+
+
 def test_phased_load_follows_its_phases(fake):
     fake.peak = 0
     w = Phased(((0.3, 1), (0.3, 6), (0.2, 1)))

@@ -100,11 +100,23 @@ def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> 
 
 
 def throughput_timeline(records, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
-    """[[t from start, output tok/s of requests finishing in the bin], ...] (coarse: whole requests)."""
-    bins = [0] * max(1, int(seconds / bin_s) + 1)
+    """[[t from start, output tok/s in the bin], ...]. Each request's tokens are spread
+    evenly from its first token to its end, the pace at which they streamed (counting
+    them when the request finished would pile whole requests into single bins)."""
+    bins = [0.0] * max(1, int(seconds / bin_s) + 1)
     for r in records:
-        if r.error is None and r.end is not None:
-            i = int((r.end - start) / bin_s)
+        if r.error is not None or r.end is None:
+            continue
+        a = (r.first if r.first is not None else r.end) - start
+        b = r.end - start
+        if b - a <= 0:
+            i = int(b / bin_s)
             if 0 <= i < len(bins):
                 bins[i] += r.output_tokens
+            continue
+        rate = r.output_tokens / (b - a)
+        for i in range(max(0, int(a / bin_s)), min(len(bins), int(b / bin_s) + 1)):
+            overlap = min(b, (i + 1) * bin_s) - max(a, i * bin_s)
+            if overlap > 0:
+                bins[i] += rate * overlap
     return [[round(i * bin_s, 2), round(n / bin_s, 1)] for i, n in enumerate(bins)]

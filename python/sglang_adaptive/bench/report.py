@@ -172,7 +172,7 @@ def plot_mode_over_time(rows, path: Path) -> bool:
         if any(p[1] is not None for p in mode):
             ax_m.step([p[0] for p in mode], [p[1] if p[1] is not None else float("nan") for p in mode],
                       where="post", label=r["label"])
-    ax_t.set_ylabel("output tok/s (finished requests)")
+    ax_t.set_ylabel("output tok/s")
     ax_t.legend(fontsize=8)
     ax_m.set_ylabel("plain share of decode batches")
     ax_m.set_ylim(-0.05, 1.05)
