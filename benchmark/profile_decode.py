@@ -13,6 +13,7 @@ usage (GPU host, from the repo root):
   python benchmark/profile_decode.py --label plain -- <server args>
   python benchmark/profile_decode.py --label adaptive-plain -- <server args> \\
       --speculative-disable-batch-threshold 0
+  add --stream to drive it with streaming requests (the benchmark suite's client)
 Output: $OUT/profile-LABEL.json (and the raw trace under $OUT/trace-LABEL/).
 """
 
@@ -29,6 +30,8 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+from sglang_adaptive.bench import client
+from sglang_adaptive.bench.workloads import Closed
 from sglang_adaptive.testing import Server, generate, make_requests
 
 
@@ -128,6 +131,9 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--warmup-s", type=float, default=6.0, help="load time before profiling")
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--stream", action="store_true",
+                   help="drive with the benchmark's streaming client (one output chunk a step "
+                        "per request, as interactive clients receive them)")
     p.add_argument("server_args", nargs=argparse.REMAINDER)
     a = p.parse_args()
     server_args = [x for x in a.server_args if x != "--"]
@@ -141,6 +147,10 @@ def main() -> None:
 
         def drive():
             t0 = time.time()
+            if a.stream:
+                records, _, seconds = client.run(srv.url, Closed(a.concurrency, a.num), reqs)
+                done["tok_per_s"] = sum(r.output_tokens for r in records if r.error is None) / seconds
+                return
             results = generate(srv.url, reqs, a.concurrency)
             done["tok_per_s"] = sum(r["meta_info"]["completion_tokens"] for r in results) / (time.time() - t0)
 
@@ -157,7 +167,7 @@ def main() -> None:
         while not glob.glob(str(trace_dir / "*.trace.json*")) and time.time() < deadline:
             time.sleep(2)
     traces = sorted(glob.glob(str(trace_dir / "*.trace.json*")))
-    summary = {"label": a.label, "concurrency": a.concurrency, "steps": a.steps,
+    summary = {"label": a.label, "concurrency": a.concurrency, "steps": a.steps, "stream": a.stream,
                "trace": traces[-1] if traces else None,
                # the whole closed loop, profiled steps included (they run slower)
                "output_tok_per_s": round(done.get("tok_per_s", float("nan")), 1)}
