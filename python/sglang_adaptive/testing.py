@@ -170,12 +170,9 @@ def output_ids(results: list[dict]) -> list[list[int]]:
     return [r["output_ids"] for r in results]
 
 
-def first_mismatch(a: list[list[int]], b: list[list[int]]):
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            j = next((k for k, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
-            return i, j, len(x)
-    return None
+def mismatching_requests(a: list[list[int]], b: list[list[int]]) -> list[int]:
+    """Indices of the requests whose output ids differ between two runs."""
+    return [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
 
 
 def with_top_logprobs(reqs: list[dict], k: int = 3) -> list[dict]:
@@ -248,7 +245,7 @@ class Run:
         return len(re.findall(rf"Decode graph replay: worker=target .* mode={mode} ", self.log))
 
     def peak_running(self) -> int:
-        return max(int(x) for x in re.findall(r"Decode batch.*?#running-req: (\d+)", self.log))
+        return max(int(a) for a, _ in DECODE_LINE_RE.findall(self.log))
 
     def memory_bound_concurrency(self) -> float:
         """Mean running requests over the decode batches logged while requests waited

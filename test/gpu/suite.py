@@ -12,7 +12,15 @@ import os
 
 import pytest
 
-from sglang_adaptive.testing import COMMON_ARGS, STATS_RE, divergences, eagle3_args, run_configs, with_top_logprobs
+from sglang_adaptive.testing import (
+    COMMON_ARGS,
+    STATS_RE,
+    divergences,
+    eagle3_args,
+    mismatching_requests,
+    run_configs,
+    with_top_logprobs,
+)
 
 MAX_BS = 32
 DEBUG_ENV = {
@@ -95,7 +103,9 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
             continue
         summary[label]["peak_running"] = run.peak_running()
         summary[label]["memory_bound_concurrency"] = round(run.memory_bound_concurrency(), 3)
-        summary[label]["equal_requests"] = sum(a == b for a, b in zip(out["plain"].ids or [], run.ids))
+        ref_ids = out["plain"].ids
+        summary[label]["equal_requests"] = (
+            0 if ref_ids is None else len(run.ids) - len(mismatching_requests(ref_ids, run.ids)))
         if out["plain"].results is not None and label != "plain":
             div = divergences(out["plain"].results, run.ids)
             summary[label]["divergences"] = [[d.request, d.token, round(d.gap, 4)] for d in div]
@@ -104,7 +114,8 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
             summary[label]["accept_length"] = round(run.accept_length(), 3)
         det_ref = out.get("plain-deterministic")
         if label.endswith("-deterministic") and det_ref is not None and det_ref.ids is not None:
-            summary[label]["equal_to_plain_deterministic"] = sum(a == b for a, b in zip(det_ref.ids, run.ids))
+            summary[label]["equal_to_plain_deterministic"] = len(run.ids) - len(
+                mismatching_requests(det_ref.ids, run.ids))
         if STATS_RE.search(run.log):  # an adaptive server
             summary[label].update(run.stats(), decode_replays=run.replays("DECODE"),
                                   verify_replays=run.replays("TARGET_VERIFY"))

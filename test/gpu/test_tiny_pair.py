@@ -16,7 +16,7 @@ import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
 from suite import DEBUG_ENV, base_args, collect, configs
 
-from sglang_adaptive.testing import eagle3_args
+from sglang_adaptive.testing import eagle3_args, mismatching_requests
 
 pytestmark = pytest.mark.gpu
 
@@ -70,13 +70,17 @@ def test_static_eagle3_accepts_at_least_two_tokens_per_verify(runs):
     assert runs["eagle3"].accept_length() >= 2.0
 
 
+def assert_same_outputs(ref, got):
+    mismatching = mismatching_requests(ref.ids, got.ids)
+    assert not mismatching, f"{len(mismatching)} of {len(ref.ids)} requests differ, first {mismatching[:5]}"
+
+
 def test_plain_steps_reproduce_plain_server_bit_for_bit_with_deterministic_kernels(runs):
     ref, got = runs["plain-deterministic"], runs["threshold-0-deterministic"]
     assert ref.error is None, ref.error
     assert got.error is None, got.error
     assert got.stats()["spec"] == 0
-    mismatching = [i for i, (a, b) in enumerate(zip(ref.ids, got.ids)) if a != b]
-    assert not mismatching, f"{len(mismatching)} of {len(ref.ids)} requests differ, first {mismatching[:5]}"
+    assert_same_outputs(ref, got)
 
 
 def test_static_eagle3_equals_plain_server_with_deterministic_kernels(runs):
@@ -89,5 +93,4 @@ def test_static_eagle3_equals_plain_server_with_deterministic_kernels(runs):
     ref, got = runs["plain-deterministic"], runs["eagle3-deterministic"]
     assert ref.error is None, ref.error
     assert got.error is None, got.error
-    mismatching = [i for i, (a, b) in enumerate(zip(ref.ids, got.ids)) if a != b]
-    assert not mismatching, f"{len(mismatching)} of {len(ref.ids)} requests differ, first {mismatching[:5]}"
+    assert_same_outputs(ref, got)

@@ -98,3 +98,7 @@ def test_memory_bound_concurrency_averages_batches_with_a_queue():
     assert run.memory_bound_concurrency() == 26.5  # (28 + 25) / 2: only batches with requests waiting
     assert testing.Run(results=[], log=LOG.replace("#queue-req: 4", "#queue-req: 0")
                        .replace("#queue-req: 11", "#queue-req: 0")).memory_bound_concurrency() == 0.0
+
+
+def test_mismatching_requests_lists_the_requests_that_differ():
+    assert testing.mismatching_requests([[1, 2], [3], [4, 5]], [[1, 2], [3, 0], [4, 6]]) == [1, 2]
