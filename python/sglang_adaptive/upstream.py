@@ -46,6 +46,10 @@ HOOKS: tuple[Hook, ...] = (
     # KV reserve per request: the plain reserve replaces 2 x alloc_len for plain batches.
     Hook("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", "AROUND",
          "sglang_adaptive.scheduler_hooks:around_get_alloc_reserve_per_decode"),
+    # Host cost: upstream's per-request commit loop indexes a CPU tensor element by
+    # element; plain batches take this path too, a plain server's does not.
+    Hook("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "AROUND",
+         "sglang_adaptive.scheduler_hooks:around_alloc_for_spec_decode"),
     # Results: a plain result is processed as a plain decode result.
     Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
          "SchedulerBatchResultProcessor.process_batch_result_decode", "AROUND",

@@ -148,3 +148,32 @@ def test_static_eagle_is_untouched(make_batch):
     batch.prepare_for_decode()
     assert getattr(batch, ctl.BATCH_FLAG) is True
     assert all(r.kv.kv_allocated_len == 100 + 2 * NUM_DRAFT_TOKENS for r in batch.reqs)
+
+
+@pytest.mark.parametrize("active,page_size,expect_list", [(True, 1, True), (False, 1, False), (True, 16, False)])
+def test_commit_loop_reads_a_list_only_on_adaptive_servers_with_page_size_one(plugins, active, page_size,
+                                                                              expect_list):
+    # Upstream's own alloc_for_spec_decode (hooked), with nothing to allocate: only its
+    # per-request commit loop runs. It must see the same lengths, as a list when the
+    # adaptive server can skip the tensor indexing, and untouched otherwise.
+    from sglang.srt.mem_cache import allocation
+
+    if active:
+        ctl.install(ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=NUM_DRAFT_TOKENS))
+    seen = []
+    reqs = [NS(kv=NS(kv_allocated_len=n)) for n in (5, 9, 7)]
+    nxt = torch.tensor([8, 9, 12], dtype=torch.int32)
+    tree_cache = NS(token_to_kv_pool_allocator=NS(page_size=page_size))
+    original_tolist = torch.Tensor.tolist
+
+    def spy(self):
+        seen.append("tolist")
+        return original_tolist(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.Tensor, "tolist", spy)
+        allocation.alloc_for_spec_decode(
+            tree_cache, None, reqs=reqs, req_pool_indices=None, cur_kv_lens=None,
+            cur_kv_lens_cpu=None, nxt_kv_lens=None, nxt_kv_lens_cpu=nxt, num_needed_tokens=0)
+    assert [r.kv.kv_allocated_len for r in reqs] == [8, 9, 12]
+    assert (seen == ["tolist"]) is expect_list
