@@ -11,6 +11,8 @@
 # Steps: tiny   GPU suite on the trained tiny pair (10 servers side by side)
 #        dummy  GPU suite on the dummy Llama-3-8B-shaped pair (4 side by side)
 #        bench  python -m sglang_adaptive.bench with its defaults (the README's main job)
+#        stream the benchmark's streaming closed loop at 1 and 128 only: plain, static
+#               EAGLE-3 and adaptive (about 6 minutes)
 #        train  test/fixtures/train_tiny_pair.py with its GPU defaults, timed; runs
 #               beside the next step (its time is then an upper bound)
 #
@@ -46,6 +48,8 @@ if [ "$cmd" = start ]; then
             tiny) step tiny env ADAPTIVE_GPU_PARALLEL=10 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider ;;
             dummy) step dummy env ADAPTIVE_GPU_PARALLEL=4 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v -p no:cacheprovider ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
+            stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \
+                        --closed 1,128 --rates "" --phases "" --out "$W/stream" ;;
             *) echo "unknown step $s" >>"$W/progress.log" ;;
             esac
         done

@@ -60,10 +60,18 @@ class Server:
     def log_path(self) -> Path:
         return self.log_dir / f"server-{self.label}.log"
 
-    def start(self, timeout: float = 600) -> float:
-        env = {**os.environ, **self.env}
+    def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1",
                "--port", str(self.port), "--skip-tokenizer-init", *self.args]
+        if "--nccl-port" not in self.args:
+            # Upstream picks a free port for torch.distributed's rendezvous when it starts;
+            # servers started side by side raced for the same one (EADDRINUSE).
+            cmd += ["--nccl-port", str(self.port + 5)]
+        return cmd
+
+    def start(self, timeout: float = 600) -> float:
+        env = {**os.environ, **self.env}
+        cmd = self.command()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w") as log:  # the child keeps its own descriptor
             log.write(" ".join(cmd) + "\n")
@@ -218,6 +226,8 @@ def divergences(ref_results: list[dict], got_ids: list[list[int]]) -> list[Diver
 
 STATS_RE = re.compile(STATS_LOG_PATTERN)
 DECODE_LINE_RE = re.compile(r"Decode batch, #running-req: (\d+),.*?#queue-req: (\d+)")
+# Only speculative batches log an acceptance; the adaptive worker's plain ones do not.
+SPEC_DECODE_LINE_RE = re.compile(r"Decode batch, #running-req: (\d+),.*?accept len: ([\d.]+)")
 
 
 @dataclass
@@ -254,6 +264,14 @@ class Run:
         single step's timing decides."""
         running = [int(a) for a, q in DECODE_LINE_RE.findall(self.log) if int(q) > 0]
         return sum(running) / len(running) if running else 0.0
+
+    def spec_accept_length(self) -> float:
+        """Tokens per verify in the speculative decode batches, from the scheduler's
+        decode log (needs --decode-log-interval 1), weighted by batch size; plain
+        batches do not count. nan if no batch speculated."""
+        batches = [(int(n), float(a)) for n, a in SPEC_DECODE_LINE_RE.findall(self.log)]
+        requests = sum(n for n, _ in batches)
+        return sum(n * a for n, a in batches) / requests if requests else float("nan")
 
     def accept_length(self) -> float:
         """Tokens per verify over all requests (meaningful when every step speculates)."""

@@ -89,13 +89,26 @@ def configs(base: list[str], draft) -> dict:
     }
 
 
+# Configurations that change the numerics (kernels, dtype) carry a suffix and are
+# compared with the plain server of the same suffix: "eagle3-fp32" with "plain-fp32".
+NUMERIC_VARIANTS = ("deterministic", "fp32")
+
+
+def reference_label(label: str) -> str:
+    for variant in NUMERIC_VARIANTS:
+        if label.endswith("-" + variant):
+            return "plain-" + variant
+    return "plain"
+
+
 def collect(pair_label: str, config_table: dict, reqs: list[dict]):
     """Run every configuration (skips without a GPU) and write a JSON summary under $OUT."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    # The plain server also returns its top logprobs, to tell near-ties from defects.
-    out = run_configs(config_table, reqs, requests_for={"plain": with_top_logprobs(reqs)})
+    # Reference servers also return their top logprobs, to tell near-ties from defects.
+    refs = {reference_label(label) for label in config_table} & set(config_table)
+    out = run_configs(config_table, reqs, requests_for={r: with_top_logprobs(reqs) for r in refs})
     summary = {}
     for label, run in out.items():
         summary[label] = {"error": run.error}
@@ -103,19 +116,19 @@ def collect(pair_label: str, config_table: dict, reqs: list[dict]):
             continue
         summary[label]["peak_running"] = run.peak_running()
         summary[label]["memory_bound_concurrency"] = round(run.memory_bound_concurrency(), 3)
-        ref_ids = out["plain"].ids
+        ref = out[reference_label(label)]
+        summary[label]["reference"] = reference_label(label)
         summary[label]["equal_requests"] = (
-            0 if ref_ids is None else len(run.ids) - len(mismatching_requests(ref_ids, run.ids)))
-        if out["plain"].results is not None and label != "plain":
-            div = divergences(out["plain"].results, run.ids)
+            0 if ref.ids is None else len(run.ids) - len(mismatching_requests(ref.ids, run.ids)))
+        if ref.results is not None and ref is not run:
+            div = divergences(ref.results, run.ids)
             summary[label]["divergences"] = [[d.request, d.token, round(d.gap, 4)] for d in div]
             summary[label]["max_divergence_gap"] = max((d.gap for d in div), default=0.0)
-        if label == "eagle3":
+        if label != "plain" and out["plain"].ids is not None:
+            summary[label]["equal_to_plain"] = len(run.ids) - len(
+                mismatching_requests(out["plain"].ids, run.ids))
+        if label.startswith("eagle3"):
             summary[label]["accept_length"] = round(run.accept_length(), 3)
-        det_ref = out.get("plain-deterministic")
-        if label.endswith("-deterministic") and det_ref is not None and det_ref.ids is not None:
-            summary[label]["equal_to_plain_deterministic"] = len(run.ids) - len(
-                mismatching_requests(det_ref.ids, run.ids))
         if STATS_RE.search(run.log):  # an adaptive server
             summary[label].update(run.stats(), decode_replays=run.replays("DECODE"),
                                   verify_replays=run.replays("TARGET_VERIFY"))

@@ -1,5 +1,6 @@
 """The GPU-test harness's bookkeeping, with the server and the client stubbed."""
 
+import math
 import threading
 import time
 
@@ -102,3 +103,18 @@ def test_memory_bound_concurrency_averages_batches_with_a_queue():
 
 def test_mismatching_requests_lists_the_requests_that_differ():
     assert testing.mismatching_requests([[1, 2], [3], [4, 5]], [[1, 2], [3, 0], [4, 6]]) == [1, 2]
+
+
+def test_spec_accept_length_weighs_only_speculative_batches():
+    log = LOG + _LINE.format(5, "accept len: 1.00, accept rate: 0.00, ", 0)
+    run = testing.Run(results=[], log=log)
+    assert run.spec_accept_length() == pytest.approx((25 * 2.38 + 5 * 1.0) / 30)
+    assert math.isnan(testing.Run(results=[], log=_LINE.format(3, "", 0)).spec_accept_length())
+
+
+def test_servers_side_by_side_get_their_own_rendezvous_port():
+    a, b = testing.Server("a", []), testing.Server("b", [], port=30010)
+    ports = [cmd[cmd.index("--nccl-port") + 1] for cmd in (a.command(), b.command())]
+    assert ports[0] != ports[1] and str(a.port) not in ports and str(b.port) not in ports
+    given = testing.Server("c", ["--nccl-port", "4000"]).command()
+    assert given.count("--nccl-port") == 1
