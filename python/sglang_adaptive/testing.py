@@ -225,9 +225,10 @@ def divergences(ref_results: list[dict], got_ids: list[list[int]]) -> list[Diver
 
 
 STATS_RE = re.compile(STATS_LOG_PATTERN)
-DECODE_LINE_RE = re.compile(r"Decode batch, #running-req: (\d+),.*?#queue-req: (\d+)")
-# Only speculative batches log an acceptance; the adaptive worker's plain ones do not.
-SPEC_DECODE_LINE_RE = re.compile(r"Decode batch, #running-req: (\d+),.*?accept len: ([\d.]+)")
+# The scheduler's decode line: running requests, acceptance (logged by speculative
+# batches only; "" for the adaptive worker's plain ones), queued requests.
+DECODE_LINE_RE = re.compile(
+    r"Decode batch, #running-req: (\d+),(?:.*?accept len: ([\d.]+),)?.*?#queue-req: (\d+)")
 
 
 @dataclass
@@ -255,21 +256,21 @@ class Run:
         return len(re.findall(rf"Decode graph replay: worker=target .* mode={mode} ", self.log))
 
     def peak_running(self) -> int:
-        return max(int(a) for a, _ in DECODE_LINE_RE.findall(self.log))
+        return max(int(n) for n, _, _ in DECODE_LINE_RE.findall(self.log))
 
     def memory_bound_concurrency(self) -> float:
         """Mean running requests over the decode batches logged while requests waited
         in the queue (needs --decode-log-interval 1): then the KV budget, not the load,
         set how many ran. 0.0 if nothing ever waited. Steadier than the peak, which a
         single step's timing decides."""
-        running = [int(a) for a, q in DECODE_LINE_RE.findall(self.log) if int(q) > 0]
+        running = [int(n) for n, _, q in DECODE_LINE_RE.findall(self.log) if int(q) > 0]
         return sum(running) / len(running) if running else 0.0
 
     def spec_accept_length(self) -> float:
         """Tokens per verify in the speculative decode batches, from the scheduler's
         decode log (needs --decode-log-interval 1), weighted by batch size; plain
         batches do not count. nan if no batch speculated."""
-        batches = [(int(n), float(a)) for n, a in SPEC_DECODE_LINE_RE.findall(self.log)]
+        batches = [(int(n), float(a)) for n, a, _ in DECODE_LINE_RE.findall(self.log) if a]
         requests = sum(n for n, _ in batches)
         return sum(n * a for n, a in batches) / requests if requests else float("nan")
 
