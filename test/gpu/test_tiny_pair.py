@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
-from suite import DEBUG_ENV, RAMP, base_args, collect, configs
+from suite import DEBUG_ENV, base_args, collect, configs
 
-from sglang_adaptive.testing import eagle3_args, mismatching_requests
+from sglang_adaptive.testing import mismatching_requests
 
 pytestmark = pytest.mark.gpu
 
@@ -58,9 +58,7 @@ def runs():
     # then reproduce the plain server bit for bit, near-ties included. The fp32 LM head
     # removes the ties that bf16 logits create (1.7% of positions are exact ties in bf16).
     det = ["--enable-deterministic-inference", "--enable-fp32-lm-head"]
-    table["plain-deterministic"] = (base + det, DEBUG_ENV, 32)
-    table["threshold-0-deterministic"] = (base + det + eagle3_args(PAIR / "eagle3")
-                                          + ["--speculative-disable-batch-threshold", "0"], DEBUG_ENV, 32)
+    add_variant(table, "deterministic", base + det, DEBUG_ENV, ("plain", "threshold-0"))
     # Issue 4's "greedy outputs equal the no-spec server's token for token" needs fp32:
     # in bf16, verify (extend attention, 4 tokens a request) and decode (decode
     # attention) round differently, so even upstream's static EAGLE-3 flips near-ties,
@@ -72,14 +70,18 @@ def runs():
     # TRITON_F32_DEFAULT=ieee keeps them fp32 (own kernel cache: the choice is made
     # at compile time).
     fp32 = base + ["--dtype", "float32", "--enable-deterministic-inference"]
-    spec32 = fp32 + eagle3_args(PAIR / "eagle3")
     env32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
-    table["plain-fp32"] = (fp32, env32, 32)
-    table["eagle3-fp32"] = (spec32, env32, 16)
-    table["alternate-1-fp32"] = (spec32 + ["--speculative-switch-policy", "alternate",
-                                           "--speculative-switch-alternate-period", "1"], env32, 16)
-    table["threshold-8-ramp-fp32"] = (spec32 + ["--speculative-disable-batch-threshold", "8"], env32, RAMP)
+    add_variant(table, "fp32", fp32, env32, ("plain", "eagle3", "alternate-1", "threshold-8-ramp"))
     return collect("tiny-pair", table, text_requests(NUM))
+
+
+def add_variant(table: dict, suffix: str, base: list[str], env: dict, labels) -> None:
+    """The suite's configurations ``labels`` on other base flags and environment, as
+    ``LABEL-SUFFIX``: same mode flags and load, so only the numerics differ."""
+    derived = configs(base, PAIR / "eagle3")
+    for label in labels:
+        server_args, _, load = derived[label]
+        table[f"{label}-{suffix}"] = (server_args, env, load)
 
 
 def test_static_eagle3_accepts_at_least_two_tokens_per_verify(runs):
