@@ -8,7 +8,7 @@ CONCURRENCIES ?= 1,8,32,128
 BENCH_OUT ?= benchmark/results/latest
 BENCH_ARGS ?=
 
-.PHONY: install test gpu-test bench require-gpu lint clean
+.PHONY: install test unit mutants gpu-test gpu-mutants bench require-gpu lint clean
 
 $(STAMP): python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,27 @@ $(STAMP): python/pyproject.toml
 
 install: $(STAMP)
 
-# CPU unit suite against the real SGLang classes (what CI runs).
-test: install
-	$(BIN)/python -m pytest test/unit
+# What CI runs: the CPU unit suite against the real SGLang classes with the core
+# modules' coverage floor, then every CPU mutant (test/mutants.py) must be killed.
+test: unit mutants
 
-# GPU suite: token equality, graph replays, KV accounting (needs one CUDA GPU).
+unit: install
+	$(BIN)/python -m pytest test/unit --cov=sglang_adaptive --cov-report=term \
+		--cov-report=json:build/coverage.json
+	$(BIN)/python test/check_coverage.py build/coverage.json
+
+# Each planted bug applied in turn to a copy of the package; fails if one survives.
+mutants: install
+	$(BIN)/python test/mutants.py --json build/mutants.json
+
+# GPU suite: token equality, graph replays, KV accounting (needs one CUDA GPU);
+# fails, not skips, where no GPU is usable.
 gpu-test: require-gpu install
-	$(BIN)/python -m pytest -m gpu test/gpu -v
+	ADAPTIVE_GPU_REQUIRED=1 $(BIN)/python -m pytest -m gpu test/gpu -v
+
+# The same with the GPU mutants served beside the tiny pair's configurations.
+gpu-mutants: require-gpu install
+	ADAPTIVE_GPU_REQUIRED=1 $(BIN)/python -m pytest -m gpu test/gpu/test_tiny_pair.py -v --mutants
 
 # Main job: serve the shipped dummy Llama-3-8B-shaped pair in each mode (no speculation,
 # static EAGLE-3, upstream adaptive, threshold policy), drive each with a closed-loop
@@ -43,4 +57,4 @@ lint: install
 	$(BIN)/ruff check python test benchmark
 
 clean:
-	rm -rf $(VENV) python/*.egg-info
+	rm -rf $(VENV) python/*.egg-info build .coverage

@@ -8,8 +8,11 @@
 #   wait SECONDS    follow the jobs for at most SECONDS, then copy each step's folder
 #                   (as STEP.tgz, logs included) and the progress log to $OUT.
 #
-# Steps: tiny   GPU suite on the trained tiny pair (10 servers side by side)
+# Steps: tiny   GPU suite on the trained tiny pair with its GPU mutants (10 servers side by side)
 #        dummy  GPU suite on the dummy Llama-3-8B-shaped pair (4 side by side)
+#        k25    GPU suite on the Kimi-K2.5-shaped pair at TP 2 (needs 2 GPUs; 3 servers side by side)
+#        k25bench  the benchmark on that pair with the users' flags: no-spec, static EAGLE-3,
+#               threshold 5, closed loop at 1, 8, 32, 128 (run after k25: warm kernel caches)
 #        bench  python -m sglang_adaptive.bench with its defaults (the README's main job)
 #        stream the benchmark's streaming closed loop at 1 and 128 only: plain, static
 #               EAGLE-3 and adaptive (about 6 minutes)
@@ -45,8 +48,12 @@ if [ "$cmd" = start ]; then
         for s in '"$*"'; do
             case "$s" in
             train) step train python test/fixtures/train_tiny_pair.py --out "$W/train/pair" & ;;
-            tiny) step tiny env ADAPTIVE_GPU_PARALLEL=10 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider ;;
-            dummy) step dummy env ADAPTIVE_GPU_PARALLEL=4 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v -p no:cacheprovider ;;
+            tiny) step tiny env ADAPTIVE_GPU_PARALLEL=10 ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider --mutants ;;
+            dummy) step dummy env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v -p no:cacheprovider ;;
+            k25) step k25 env ADAPTIVE_GPU_PARALLEL=3 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_REQUIRE_TP2=1 python -m pytest -m gpu test/gpu/test_k25_shape.py -v -p no:cacheprovider ;;
+            k25bench) step k25bench python -m sglang_adaptive.bench --pair k25 --tp 2 --threshold 5 \
+                        --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
+                        --rates "" --phases "" --out "$W/k25bench" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
             stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \
                         --closed 1,128 --rates "" --phases "" --out "$W/stream" ;;

@@ -225,10 +225,24 @@ def divergences(ref_results: list[dict], got_ids: list[list[int]]) -> list[Diver
 
 
 STATS_RE = re.compile(STATS_LOG_PATTERN)
+# SGLang's log prefix names the tensor-parallel rank of a scheduler when --tp > 1:
+# "[2026-11-30 12:00:00 TP1] ..." (other ranks, such as " EP1", may follow it).
+TP_RANK_RE = re.compile(r"^\[[^\]]* TP(\d+)[\] ]")
+
+
+def _tp_rank(line: str) -> int:
+    m = TP_RANK_RE.search(line)
+    return int(m.group(1)) if m else 0
 # The scheduler's decode line: running requests, acceptance (logged by speculative
 # batches only; "" for the adaptive worker's plain ones), queued requests.
 DECODE_LINE_RE = re.compile(
     r"Decode batch, #running-req: (\d+),(?:.*?accept len: ([\d.]+),)?.*?#queue-req: (\d+)")
+
+
+# Lines a healthy server never logs: a scheduler exception, upstream's leak checks
+# (strict under SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY), a failed assertion.
+LOG_ERROR_MARKERS = ("Traceback (most recent call last)", "memory leak detected", "AssertionError",
+                     "use-after-free", "CUDA error")
 
 
 @dataclass
@@ -243,17 +257,52 @@ class Run:
     def ids(self):
         return None if self.results is None else output_ids(self.results)
 
-    def stats(self) -> dict:
-        """The adaptive worker's last statistics line (needs --decode-log-interval 1)."""
-        matches = STATS_RE.findall(self.log)
-        assert matches, "no AdaptiveEAGLE statistics in the server log"
-        total, plain, spec, switches, reserve = matches[-1]
-        return dict(total=int(total), plain=int(plain), spec=int(spec),
-                    switches=int(switches), max_reserve=int(reserve or 0))
+    def problems(self) -> list[str]:
+        """Why this run cannot be trusted: the server did not start or serve every
+        request, or its log shows an error. Empty for a healthy run."""
+        found = []
+        if self.error is not None:
+            found.append(f"server error: {self.error}")
+        elif self.results is None or any(r is None for r in self.results):
+            found.append("not every request was answered")
+        found += [f"{m!r} in the server log" for m in LOG_ERROR_MARKERS if m in self.log]
+        return found
 
-    def replays(self, mode: str) -> int:
-        """Target decode-graph replays in ``mode`` (needs SGLANG_LOG_DECODE_GRAPH_KEY=1)."""
-        return len(re.findall(rf"Decode graph replay: worker=target .* mode={mode} ", self.log))
+    def check(self) -> Run:
+        """Fail the calling test unless the run is healthy; returns the run."""
+        problems = self.problems()
+        assert not problems, "; ".join(problems)[:4000]
+        return self
+
+    def stats(self, rank: int = 0) -> dict:
+        """The adaptive worker's last statistics line of a tensor-parallel rank
+        (needs --decode-log-interval 1)."""
+        per_rank = self.stats_per_rank()
+        assert per_rank, "no AdaptiveEAGLE statistics in the server log"
+        assert rank in per_rank, f"no AdaptiveEAGLE statistics of TP rank {rank}; ranks {sorted(per_rank)}"
+        return per_rank[rank]
+
+    def stats_per_rank(self) -> dict[int, dict]:
+        """TP rank -> its last statistics line. Every rank's scheduler logs its own
+        (prefixed " TPn" when --tp > 1; no prefix means rank 0)."""
+        out = {}
+        for line in self._lines_with("AdaptiveEAGLE decode batches"):
+            m = STATS_RE.search(line)
+            if m:
+                total, plain, spec, switches, reserve = m.groups()
+                out[_tp_rank(line)] = dict(total=int(total), plain=int(plain), spec=int(spec),
+                                           switches=int(switches), max_reserve=int(reserve or 0))
+        return out
+
+    def replays(self, mode: str, rank: int = 0) -> int:
+        """Target decode-graph replays in ``mode`` on one TP rank (needs
+        SGLANG_LOG_DECODE_GRAPH_KEY=1)."""
+        pattern = re.compile(rf"Decode graph replay: worker=target .* mode={mode} ")
+        return sum(1 for line in self._lines_with("Decode graph replay") if pattern.search(line)
+                   and _tp_rank(line) == rank)
+
+    def _lines_with(self, needle: str):
+        return (line for line in self.log.splitlines() if needle in line)
 
     def peak_running(self) -> int:
         return max(int(n) for n, _, _ in DECODE_LINE_RE.findall(self.log))

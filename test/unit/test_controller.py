@@ -57,3 +57,43 @@ def test_stats_line_is_what_the_readers_parse():
     assert m and m.groups() == ("4", "2", "2", "2", "2")
     stats.max_plain_reserve = 0
     assert re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary()).group(5) is None
+
+
+def _req(allocated, committed):
+    from types import SimpleNamespace as NS
+
+    return NS(kv=NS(kv_allocated_len=allocated), kv_committed_len=committed)
+
+
+def test_kv_audit_keeps_the_largest_reserve_seen():
+    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=4, audit_kv=True)
+    c.audit_kv([_req(105, 103), _req(60, 53), _req(10, 10)])  # reserves 2, 7, 0
+    assert c.stats.max_plain_reserve == 7
+    c.audit_kv([_req(40, 37)])  # a smaller batch later does not lower it
+    assert c.stats.max_plain_reserve == 7
+    c.audit_kv([])
+    assert c.stats.max_plain_reserve == 7
+    assert c.stats.summary().endswith(", max plain KV reserve: 7")
+
+
+def test_kv_audit_off_records_nothing():
+    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=4)
+    c.audit_kv([_req(105, 98)])
+    assert c.stats.max_plain_reserve == 0
+    assert "max plain KV reserve" not in c.stats.summary()
+    upstream = ctl.current()  # the upstream controller has no audit at all
+    upstream.audit_kv([_req(105, 98)])
+    assert upstream.stats.max_plain_reserve == 0
+
+
+def test_stats_are_logged_every_log_interval(caplog):
+    import logging
+
+    c = ctl.AdaptiveModeController(AlternatePolicy(1), spec_width=4, log_interval=2)
+    with caplog.at_level(logging.INFO, logger=ctl.__name__):
+        for _ in range(5):
+            c.on_prepare(c.speculate(3), 3)
+    assert [r.getMessage() for r in caplog.records if r.name == ctl.__name__] == [
+        "AdaptiveEAGLE decode batches: 2 (plain 1, 50.0%; speculative 1), switches: 1",
+        "AdaptiveEAGLE decode batches: 4 (plain 2, 50.0%; speculative 2), switches: 3",
+    ]

@@ -177,3 +177,29 @@ def test_commit_loop_reads_a_list_only_on_adaptive_servers_with_page_size_one(pl
             cur_kv_lens_cpu=None, nxt_kv_lens=None, nxt_kv_lens_cpu=nxt, num_needed_tokens=0)
     assert [r.kv.kv_allocated_len for r in reqs] == [8, 9, 12]
     assert (seen == ["tolist"]) is expect_list
+
+
+@pytest.mark.parametrize("overlap, reserve", [(True, 2), (False, 1)])
+def test_kv_audit_reports_the_plain_reserve(make_batch, overlap, reserve):
+    batch, _ = make_batch(4, overlap=overlap)
+    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=NUM_DRAFT_TOKENS, audit_kv=True)
+    ctl.install(c)
+    run_timeline(batch, 12, 0, overlap)
+    # Audited after each plain prepare_for_decode: allocated minus committed, which
+    # under overlap includes the in-flight step's slot.
+    assert c.stats.max_plain_reserve == reserve
+
+
+def test_batch_of_a_server_without_speculation_is_not_marked(plugins):
+    """A non-speculative batch goes straight to upstream: no mode, no count, no reserve."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_adaptive.scheduler_hooks import around_prepare_for_decode
+
+    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=NUM_DRAFT_TOKENS, audit_kv=True)
+    ctl.install(c)
+    calls = []
+    batch = NS(spec_algorithm=SpeculativeAlgorithm.NONE, reqs=[object()] * 3)
+    assert around_prepare_for_decode(lambda b: calls.append(b) or "prepared", batch) == "prepared"
+    assert calls == [batch] and not hasattr(batch, ctl.BATCH_FLAG)
+    assert (c.stats.spec_batches, c.stats.plain_batches) == (0, 0)

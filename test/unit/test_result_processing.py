@@ -130,3 +130,122 @@ def test_worker_choice(parse):
     assert algo.create_worker(on) is AdaptiveEAGLEWorker
     assert issubclass(AdaptiveEAGLEWorker, EAGLEWorkerV2)
     assert algo.create_worker(off) is EAGLEWorkerV2
+
+
+def test_worker_choice_refuses_another_upstream_worker(parse):
+    """A policy on a server where SGLang picks another worker class stops start-up."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_adaptive.upstream import UpstreamDriftError
+
+    from sglang_adaptive.args import ATTR
+
+    parsed = parse(eagle3_argv("--speculative-disable-batch-threshold", "16"))
+    # What create_worker and the hook read; multi-layer EAGLE is on past the flag
+    # check (resolved ServerArgs are read-only), so SGLang picks its multi-layer worker.
+    server_args = NS(speculative_algorithm=parsed.speculative_algorithm,
+                     enable_multi_layer_eagle=True, **{ATTR: getattr(parsed, ATTR)})
+    with pytest.raises(UpstreamDriftError) as e:
+        SpeculativeAlgorithm.EAGLE3.create_worker(server_args)
+    assert str(e.value) == (
+        "sglang_adaptive: --speculative-switch-policy threshold needs SGLang's EAGLEWorkerV2 "
+        "for EAGLE3, but SGLang chose MultiLayerEagleWorkerV2."
+    )
+
+
+# -- decode stats -------------------------------------------------------------
+
+
+@pytest.fixture()
+def decode_stats(runtime_args, monkeypatch):
+    """Upstream's real SchedulerMetricsReporter.report_decode_stats (hooked) on a
+    reporter with metrics off and one log line per call; returns (report, lines)."""
+    import time
+
+    from sglang.srt.managers.scheduler_components import metrics_reporter
+
+    runtime_args()
+    lines = []
+    monkeypatch.setattr(metrics_reporter, "logger", NS(info=lines.append))
+    Reporter = metrics_reporter.SchedulerMetricsReporter
+
+    def make(spec_algorithm, forward_ct, accept_tokens):
+        reporter = Reporter.__new__(Reporter)
+        reporter.__dict__.update(
+            scheduler=NS(
+                spec_algorithm=spec_algorithm, running_batch=None, waiting_queue=[], forward_ct=5,
+                pool_stats_observer=NS(get_pool_stats=lambda: NS(
+                    get_decode_usage_msg_parts=lambda: ["#token: 10"])),
+                disaggregation_mode=None, server_args=NS(language_only=False),
+                kv_events_publisher=NS(publish_kv_events=lambda: None)),
+            current_scheduler_metrics_enabled=False, is_stats_logging_rank=True,
+            forward_ct_decode=0, decode_log_interval=1, num_generated_tokens=4,
+            last_decode_stats_tic=time.perf_counter() - 1.0, step_time_dict={},
+            _graph_backend_label="cuda graph", enable_mfu_metrics=False,
+            spec_num_forward_ct=forward_ct, spec_num_accept_tokens=accept_tokens,
+            spec_num_cap_tokens=0, spec_num_block_accept_tokens=0,
+            spec_total_num_accept_tokens=0, spec_total_num_forward_ct=0,
+        )
+        return reporter
+
+    def report(reporter, function=Reporter.report_decode_stats):
+        batch = NS(reqs=[object(), object()], forward_iter=3, batch_size=lambda: 2)
+        function(reporter, True, running_batch=batch)
+
+    return NS(make=make, report=report, lines=lines, Reporter=Reporter)
+
+
+def test_interval_of_plain_batches_reports_as_plain_decode(decode_stats):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    d = decode_stats
+    # Upstream alone divides the accepted tokens by zero speculative forwards.
+    with pytest.raises(ZeroDivisionError):
+        d.report(d.make(SpeculativeAlgorithm.EAGLE3, 0, 0),
+                 function=d.Reporter.report_decode_stats.__wrapped__)
+    reporter = d.make(SpeculativeAlgorithm.EAGLE3, 0, 0)
+    d.report(reporter)
+    assert len(d.lines) == 1
+    assert d.lines[0].startswith("Decode batch, #running-req: 2, #token: 10, cuda graph: True")
+    assert "accept" not in d.lines[0]
+    assert reporter.scheduler.spec_algorithm is SpeculativeAlgorithm.EAGLE3  # restored
+
+
+def test_interval_with_speculative_batches_reports_acceptance(decode_stats):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    d = decode_stats
+    reporter = d.make(SpeculativeAlgorithm.EAGLE3, 2, 6)
+    d.report(reporter)
+    # 6 tokens over 2 verifies; 4 correct drafts of 2 x 3 proposed.
+    assert "accept len: 3.00, accept rate: 0.67" in d.lines[0]
+    assert (reporter.spec_total_num_forward_ct, reporter.spec_num_forward_ct) == (2, 0)
+    assert reporter.scheduler.spec_algorithm is SpeculativeAlgorithm.EAGLE3
+
+
+def test_decode_stats_hook_restores_the_algorithm_when_upstream_fails():
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_adaptive.scheduler_hooks import around_report_decode_stats
+
+    seen = []
+
+    def original(reporter, *args, **kwargs):
+        seen.append((reporter.scheduler.spec_algorithm, args, kwargs))
+        raise RuntimeError("report failed")
+
+    reporter = NS(scheduler=NS(spec_algorithm=SpeculativeAlgorithm.EAGLE3), spec_num_forward_ct=0)
+    with pytest.raises(RuntimeError, match="report failed"):
+        around_report_decode_stats(original, reporter, True, running_batch="b")
+    assert seen == [(SpeculativeAlgorithm.NONE, (True,), {"running_batch": "b"})]
+    assert reporter.scheduler.spec_algorithm is SpeculativeAlgorithm.EAGLE3
+
+
+def test_decode_stats_pass_through_on_a_server_without_speculation(decode_stats):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    d = decode_stats
+    reporter = d.make(SpeculativeAlgorithm.NONE, 0, 0)
+    d.report(reporter)
+    assert "accept" not in d.lines[0] and d.lines[0].startswith("Decode batch, #running-req: 2")
+    assert reporter.scheduler.spec_algorithm is SpeculativeAlgorithm.NONE

@@ -10,6 +10,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 import torch
+from conftest import eagle3_argv
 
 from sglang_adaptive import controller as ctl
 from sglang_adaptive.plain_graph import ModeState
@@ -41,14 +42,16 @@ def draft_input_of(bonus_tokens: list[int]):
         topk_index=torch.arange(1, n + 1).view(n, 1), hidden_states=torch.rand(n, 8))
 
 
-@pytest.fixture
-def step(monkeypatch):
-    events = []
+def run_plain_step(monkeypatch, **batch_fields):
+    """One plain step of a 3-request batch (S = 5, 9, 2); ``batch_fields`` override
+    fields of the scheduler's batch."""
+    events, forward_batches = [], []
     runner = spec_runner()
 
     def init_new(batch, model_runner, **kwargs):
         events.append(("init", model_runner.decode_cuda_graph_runner))
-        return NS(batch=batch, **kwargs)
+        forward_batches.append(NS(batch=batch, **kwargs))
+        return forward_batches[-1]
 
     def forward(batch=None, forward_batch=None):
         b = forward_batch.batch
@@ -68,6 +71,7 @@ def step(monkeypatch):
         is_extend_in_batch=False, spec_algorithm=up.SpeculativeAlgorithm.EAGLE3,
         input_ids=None, out_cache_loc=None,
     )
+    batch.__dict__.update(batch_fields)
     setattr(batch, ctl.BATCH_FLAG, False)
 
     def on_publish(new_seq_lens):
@@ -75,7 +79,13 @@ def step(monkeypatch):
 
     result = worker.forward_batch_generation(batch, on_publish=on_publish)
     return NS(events=events, result=result, draft_input=draft_input, worker=worker,
-              runner=runner, req_to_token=req_to_token)
+              runner=runner, req_to_token=req_to_token, batch=batch,
+              forward_batches=forward_batches)
+
+
+@pytest.fixture
+def step(monkeypatch):
+    return run_plain_step(monkeypatch)
 
 
 def test_publishes_once_before_the_forward(step):
@@ -192,3 +202,172 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch, unif
     assert batch.seq_lens.tolist() == [5, 9] and batch.out_cache_loc is None
     assert batch.spec_algorithm == up.SpeculativeAlgorithm.EAGLE3
     assert batch.spec_info is result.next_draft_input
+
+
+def test_plain_batch_advances_the_host_lengths(step):
+    """Backends that plan on the host read seq_lens_cpu and size work from seq_lens_sum."""
+    (forward_batch,) = step.forward_batches
+    plain = forward_batch.batch
+    assert plain.seq_lens_cpu.tolist() == [6, 10, 3]
+    assert plain.seq_lens_sum == 16 + 3
+    assert forward_batch.capture_hidden_mode == up.CaptureHiddenMode.LAST
+    assert forward_batch.return_hidden_states_before_norm is False
+    # The scheduler's own batch keeps S.
+    assert step.batch.seq_lens_cpu.tolist() == [5, 9, 2] and step.batch.seq_lens_sum == 16
+
+
+def test_plain_batch_without_host_lengths(monkeypatch):
+    step = run_plain_step(monkeypatch, seq_lens_cpu=None, seq_lens_sum=None)
+    plain = step.forward_batches[0].batch
+    assert plain.seq_lens_cpu is None and plain.seq_lens_sum is None
+    assert plain.seq_lens.tolist() == [6, 10, 3]
+    assert step.result.new_seq_lens.tolist() == [6, 10, 3]
+
+
+def test_result_keeps_the_forward_batch_alive(step):
+    refs = step.result.extra_keep_alive_refs
+    assert len(refs) == 1 and refs[0] is step.forward_batches[0]
+
+
+@pytest.fixture
+def upstream_step(monkeypatch):
+    """EAGLEWorkerV2.forward_batch_generation (the speculative step) recorded, not run."""
+    calls = []
+
+    def spec_step(self, batch, on_publish=None, grammar_barrier=None):
+        calls.append((batch, on_publish, grammar_barrier, self.war_fastpath_runner))
+        return "spec-result"
+
+    monkeypatch.setattr(up.EAGLEWorkerV2, "forward_batch_generation", spec_step)
+    return calls
+
+
+def test_speculative_step_after_a_plain_one_fences_on_the_draft_runner(step, upstream_step):
+    assert step.worker.war_fastpath_runner is step.runner
+    batch = NS(forward_mode=up.ForwardMode.DECODE, is_extend_in_batch=False)
+    setattr(batch, ctl.BATCH_FLAG, True)
+    publish, barrier = object(), object()
+    assert step.worker.forward_batch_generation(batch, publish, barrier) == "spec-result"
+    # Reset before the speculative step runs: draft-extend is its last reader.
+    assert upstream_step == [(batch, publish, barrier, "draft-runner")]
+    assert step.worker.war_fastpath_runner == "draft-runner"
+
+
+@pytest.mark.parametrize("mode, extend_in_batch, flag", [
+    ("EXTEND", False, False),  # prefill: always upstream's path
+    ("DECODE", True, False),   # mixed batch with an extend part
+    ("DECODE", False, None),   # a batch prepare_for_decode did not mark
+])
+def test_batches_that_stay_on_the_upstream_path(upstream_step, mode, extend_in_batch, flag):
+    forwards = []
+    worker = plain_worker(spec_runner(), lambda **kw: forwards.append(kw), torch.zeros(1, 1))
+    batch = NS(forward_mode=up.ForwardMode[mode], is_extend_in_batch=extend_in_batch)
+    if flag is not None:
+        setattr(batch, ctl.BATCH_FLAG, flag)
+    assert worker.forward_batch_generation(batch) == "spec-result"
+    assert [c[0] for c in upstream_step] == [batch] and forwards == []
+
+
+# -- construction ----------------------------------------------------------------
+
+
+@pytest.fixture
+def built(parse, monkeypatch):
+    """AdaptiveEAGLEWorker.__init__ on upstream's constructor stubbed to the attributes
+    it sets (no draft model, no GPU); returns a builder and the rank-0 log lines."""
+    logs = []
+    monkeypatch.setattr(up, "log_info_on_rank0", lambda logger, msg: logs.append(msg))
+
+    def upstream_init(self, server_args, gpu_id, ps, nccl_port, target_worker, skip=()):
+        fields = dict(
+            server_args=server_args, topk=server_args.speculative_eagle_topk,
+            speculative_num_steps=server_args.speculative_num_steps,
+            speculative_num_draft_tokens=server_args.speculative_num_draft_tokens,
+            gpu_id=gpu_id, device=server_args.device, _target_worker=target_worker,
+            speculative_algorithm=up.SpeculativeAlgorithm.from_string(server_args.speculative_algorithm),
+            _draft_worker=NS(draft_runner="draft-runner"),
+            _additional_graph_memory_usage={}, _additional_graph_time_usage={},
+        )
+        self.__dict__.update({k: v for k, v in fields.items() if k not in skip})
+
+    def build(*extra, algorithm="EAGLE3", skip=()):
+        argv = [a if a != "EAGLE3" else algorithm for a in eagle3_argv(*extra)]
+        monkeypatch.setattr(up.EAGLEWorkerV2, "__init__",
+                            lambda self, *a: upstream_init(self, *a, skip=skip))
+        target = NS(model_runner=spec_runner())
+        return AdaptiveEAGLEWorker(parse(argv), 0, None, 1234, target)
+
+    return NS(build=build, logs=logs)
+
+
+def test_worker_installs_its_controller(built, monkeypatch):
+    from sglang_adaptive.worker import AUDIT_KV_ENV
+
+    monkeypatch.delenv(AUDIT_KV_ENV, raising=False)
+    worker = built.build("--speculative-disable-batch-threshold", "16", "--decode-log-interval", "7")
+    c = worker.controller
+    assert ctl.current() is c and c.active
+    assert c.speculate(16) is True and c.speculate(17) is False
+    assert (c.spec_width, c.log_interval, c.audit_enabled) == (4, 7, False)
+    # EAGLE-3 plain graphs capture the aux hidden states the draft reads.
+    assert worker._plain_capture_mode == up.CaptureHiddenMode.LAST
+    assert worker.plain_state is None and worker.war_fastpath_runner == "draft-runner"
+    assert built.logs == [
+        "AdaptiveEAGLEWorker active: algorithm=EAGLE3, policy=threshold(speculate while "
+        "batch size <= 16), steps=3, topk=1, draft_tokens=4"]
+
+
+def test_worker_for_eagle_with_the_kv_audit(built, monkeypatch):
+    from sglang_adaptive.worker import AUDIT_KV_ENV
+
+    monkeypatch.setenv(AUDIT_KV_ENV, "1")
+    worker = built.build("--speculative-disable-batch-threshold", "0", algorithm="EAGLE")
+    assert worker.controller.audit_enabled is True
+    # EAGLE drafts from the last hidden state only: no aux states to capture.
+    assert worker._plain_capture_mode == up.CaptureHiddenMode.NULL
+
+
+def test_worker_stops_when_upstream_constructor_drifted(built):
+    from sglang_adaptive.upstream import UpstreamDriftError
+
+    with pytest.raises(UpstreamDriftError,
+                       match=r"EAGLEWorkerV2 instance\._additional_graph_time_usage does not exist"):
+        built.build("--speculative-disable-batch-threshold", "16",
+                    skip=("_additional_graph_time_usage",))
+    assert not ctl.current().active
+
+
+def test_cuda_graphs_add_the_plain_set_after_upstream_ones(built, monkeypatch):
+    import sglang_adaptive.worker as worker_mod
+
+    worker = built.build("--speculative-disable-batch-threshold", "16")
+    events = []
+    state = ModeState("plain", "plain-backend", NS(capture_bs=[4, 1, 2]),
+                      up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
+
+    def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id):
+        events.append(("plain", model_runner, capture_hidden_mode, device, gpu_id))
+        return state, 1.25, 3.5
+
+    monkeypatch.setattr(up.EAGLEWorkerV2, "init_cuda_graphs", lambda self: events.append("upstream"))
+    monkeypatch.setattr(worker_mod, "build_plain_state", build_plain_state)
+    worker.init_cuda_graphs()
+    # Upstream's verify and draft graphs first: the plain set gets its own backend.
+    assert events == ["upstream", ("plain", worker._target_worker.model_runner,
+                                   up.CaptureHiddenMode.LAST, "cpu", 0)]
+    assert worker.plain_state is state
+    assert worker._additional_graph_memory_usage == {"plain_decode": 1.25}
+    assert worker._additional_graph_time_usage == {"plain_decode": 3.5}
+    assert built.logs[-1] == ("AdaptiveEAGLE plain DECODE set built: batch sizes [1, 2, 4], "
+                              "capture_hidden=LAST, mem=1.250 GB, time=3.5 s")
+
+
+def test_attention_backends_include_the_plain_one():
+    """The scheduler decides the seq_lens_cpu copy from every backend a step may use."""
+    worker = plain_worker(NS(attn_backend="verify-backend"), None, None)
+    worker._draft_worker = NS(draft_attn_backend="draft-backend", draft_extend_attn_backend=None,
+                              draft_runner=NS(attn_backend="draft-runner-backend"))
+    assert worker.spec_v2_attn_backends == (
+        "verify-backend", "draft-backend", "draft-runner-backend", "plain-backend")
+    worker._plain_state = None  # before init_cuda_graphs
+    assert worker.spec_v2_attn_backends == ("verify-backend", "draft-backend", "draft-runner-backend")

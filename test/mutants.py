@@ -1,0 +1,273 @@
+"""Planted bugs the test suites must catch, and the runner that plants them.
+
+Each ``Mutant`` is one edit of one file of ``python/sglang_adaptive`` (an exact
+text, found exactly once). The runner copies the package, applies one edit, puts
+the copy first on ``PYTHONPATH`` and runs the tests named for it; a mutant that
+leaves them green *survived*, and the run fails. A mutant whose tests stop for
+another reason (an import error, no test collected) counts as an error, not a kill:
+the edit no longer fits the code.
+
+CPU mutants run here (``make mutants``, part of ``make test``); GPU mutants are
+applied by the GPU suite's ``--mutants`` mode to servers on the GPU host (their
+servers import the copy through ``PYTHONPATH``). Add one for every bug fixed.
+
+    python test/mutants.py            # every CPU mutant
+    python test/mutants.py NAME ...   # some of them
+    python test/mutants.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "python" / "sglang_adaptive"
+U = "test/unit/"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # inside python/sglang_adaptive
+    old: str
+    new: str
+    tests: tuple[str, ...] = ()  # CPU: pytest paths that must fail
+    gpu: bool = False  # GPU: killed by the GPU suite's --mutants mode instead
+    why: str = ""
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # The seven a reviewer planted that the CPU suite once let through.
+    Mutant("war-runner-not-reset", "worker.py",
+           "        self._war_runner = self._draft_worker.draft_runner\n        return super()",
+           "        return super()",
+           (U + "test_worker_plain_step.py",),
+           why="after a plain step the scheduler would fence its writes on the target's read, "
+               "not the draft-extend's"),
+    Mutant("decode-stats-hook-no-op", "scheduler_hooks.py",
+           "if scheduler.spec_algorithm.is_none() or self.spec_num_forward_ct > 0:", "if True:",
+           (U + "test_result_processing.py",),
+           why="an interval of plain batches only divides by zero speculative forwards"),
+    Mutant("kv-audit-min", "controller.py",
+           "reserve = max((r.kv.kv_allocated_len", "reserve = min((r.kv.kv_allocated_len",
+           (U + "test_controller.py",),
+           why="the audit would report the smallest reserve, hiding an over-reserving request"),
+    Mutant("plain-seq-lens-sum-not-advanced", "worker.py",
+           "plain.seq_lens_sum = batch.seq_lens_sum + len(batch.reqs)",
+           "plain.seq_lens_sum = batch.seq_lens_sum",
+           (U + "test_worker_plain_step.py",),
+           why="attention backends size their work from seq_lens_sum"),
+    Mutant("plain-seq-lens-cpu-not-advanced", "worker.py",
+           "plain.seq_lens_cpu = batch.seq_lens_cpu + 1", "plain.seq_lens_cpu = batch.seq_lens_cpu",
+           (U + "test_worker_plain_step.py",),
+           why="backends that plan on the host read one token too few"),
+    Mutant("keep-alive-refs-dropped", "worker.py",
+           "        result.extra_keep_alive_refs = [forward_batch]\n", "",
+           (U + "test_worker_plain_step.py",),
+           why="under overlap the forward batch's tensors could be freed while the graph reads them"),
+    Mutant("plain-graphs-four-tokens", "plain_graph.py",
+           "speculative_num_draft_tokens=1,", "speculative_num_draft_tokens=4,",
+           (U + "test_plain_graph.py",),
+           why="plain graphs captured for 4 tokens a request replay the wrong shapes"),
+    # Bugs fixed in earlier sessions, and other single defects of the core path.
+    Mutant("plain-step-rewrites-scheduler-batch", "worker.py",
+           "plain = copy.copy(batch)", "plain = batch",
+           (U + "test_worker_plain_step.py",),
+           why="session 2: every plain step published twice under overlap (S+1, then S+2)"),
+    Mutant("publish-after-forward", "worker.py",
+           "        if on_publish is not None:\n            on_publish(new_seq_lens)\n", "",
+           (U + "test_worker_plain_step.py",),
+           why="the scheduler's next prepare waits on the host for the publish"),
+    Mutant("plain-kv-slot-stale", "worker.py",
+           "batch.req_pool_indices, seq_lens\n", "batch.req_pool_indices, seq_lens - 1\n",
+           (U + "test_worker_plain_step.py",),
+           why="the bonus token's K/V overwrite the previous position's slot"),
+    Mutant("commit-loop-tensor", "scheduler_hooks.py",
+           "        nxt_kv_lens_cpu = nxt_kv_lens_cpu.tolist()\n", "        pass\n",
+           (U + "test_kv_accounting.py",),
+           why="session 4: 1 ms of host time a plain step at 128 requests"),
+    Mutant("plain-reserve-ignores-overlap", "policy.py",
+           "return (last_decode_width if overlap else 0) + 1", "return 1",
+           (U + "test_kv_accounting.py",),
+           why="under overlap the in-flight batch writes past the committed length"),
+    Mutant("decode-width-not-tracked", "controller.py",
+           "self.last_decode_width = self.spec_width if speculative else 1",
+           "self.last_decode_width = 1",
+           (U + "test_kv_accounting.py",),
+           why="the first plain batch after a speculative one must cover its in-flight verify"),
+    Mutant("plain-keeps-spec-reserve", "controller.py",
+           "        if speculative:\n            return None\n        return plain_kv_reserve",
+           "        return None\n        return plain_kv_reserve",
+           (U + "test_kv_accounting.py",),
+           why="always-plain would hold 2 x num_draft_tokens slots a request"),
+    Mutant("grammar-batches-go-plain", "controller.py",
+           "return has_grammar or self.policy.speculate(batch_size)",
+           "return self.policy.speculate(batch_size)",
+           (U + "test_controller.py",),
+           why="the plain path applies no grammar mask"),
+    Mutant("plain-result-not-committed", "scheduler_hooks.py",
+           "            req.kv_committed_len += 1\n", "            pass\n",
+           (U + "test_result_processing.py",),
+           why="committed lengths lag, the KV of every plain token leaks"),
+    Mutant("plain-result-processed-as-verify", "scheduler_hooks.py",
+           "    batch.spec_algorithm = up.SpeculativeAlgorithm.NONE\n    try:\n"
+           "        return original(self, batch, result)",
+           "    try:\n        return original(self, batch, result)",
+           (U + "test_result_processing.py",),
+           why="a plain result read as a verify result takes the wrong token layout"),
+    Mutant("mode-state-not-restored", "plain_graph.py",
+           "        previous.apply(model_runner)\n", "        pass\n",
+           (U + "test_plain_graph.py",),
+           why="the next speculative step would replay plain graphs"),
+    Mutant("plain-graphs-no-hidden-floor", "plain_graph.py",
+           "return max(self._return_hidden_states_mode, self._min_capture_hidden_mode)",
+           "return self._return_hidden_states_mode",
+           (U + "test_plain_graph.py",),
+           why="EAGLE-3 plain graphs must capture the aux hidden states"),
+    Mutant("switches-miscounted", "controller.py",
+           "self.last_speculative != speculative", "self.last_speculative == speculative",
+           (U + "test_controller.py",),
+           why="the mode counters the GPU suite asserts on"),
+    Mutant("hook-verification-skipped", "upstream.py",
+           "if applied_hook(hook.target, load_impl(hook)) is None:", "if False:",
+           (U + "test_plugin.py",),
+           why="SGLang only logs a hook that fails to apply"),
+    # The log readers the GPU assertions rely on.
+    Mutant("replays-count-draft-graphs", "testing.py",
+           'rf"Decode graph replay: worker=target .* mode={mode} ")', 'rf"Decode graph replay: .* mode={mode} ")',
+           (U + "test_log_parsers.py",),
+           why="draft replays would inflate the per-mode target replay counts"),
+    Mutant("memory-bound-counts-every-batch", "testing.py",
+           "if int(q) > 0]", "]",
+           (U + "test_log_parsers.py",),
+           why="admission would be averaged over batches the load, not memory, limited"),
+    Mutant("error-lines-ignored", "testing.py",
+           "for m in LOG_ERROR_MARKERS if m in self.log]", "for m in LOG_ERROR_MARKERS if False]",
+           (U + "test_log_parsers.py",),
+           why="a server that logged a traceback or a leak would pass"),
+    Mutant("accept-length-unweighted", "testing.py",
+           "return sum(n * a for n, a in batches) / requests",
+           "return sum(a for n, a in batches) / len(batches)",
+           (U + "test_log_parsers.py",),
+           why="tokens per verify would weigh a batch of 1 like a batch of 30"),
+    # GPU mutants: numerical defects of the plain step that only real attention shows.
+    # The GPU suite serves each in the tiny pair's alternate-1-fp32 configuration and
+    # requires outputs that differ from the fp32 no-spec server.
+    Mutant("gpu-stale-kv-slot", "worker.py",
+           "batch.req_pool_indices, seq_lens\n", "batch.req_pool_indices, seq_lens - 1\n", gpu=True,
+           why="the bonus token's K/V land on the previous position; position S stays stale"),
+    Mutant("gpu-dropped-kv-slot", "worker.py",
+           "        ].to(torch.int64)\n", "        ].to(torch.int64) * 0\n", gpu=True,
+           why="the bonus token's K/V go to the padding slot and are never read"),
+    Mutant("gpu-skipped-rope-position", "worker.py",
+           "            result = self._target_worker.forward_batch_generation(",
+           "            forward_batch.positions = forward_batch.positions + 1\n"
+           "            result = self._target_worker.forward_batch_generation(", gpu=True,
+           why="RoPE at position S+1 for the token at S"),
+    Mutant("gpu-plain-keeps-spec-reserve", "controller.py",
+           "        if speculative:\n            return None\n        return plain_kv_reserve",
+           "        return None\n        return plain_kv_reserve", gpu=True,
+           why="the effect the admission test guards: always-plain with the speculative reserve"),
+)
+
+
+def by_name(names=None, gpu: bool = False) -> list[Mutant]:
+    chosen = [m for m in MUTANTS if m.gpu == gpu]
+    if not names:
+        return chosen
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"unknown mutant(s): {', '.join(unknown)}; see --list")
+    return [known[n] for n in names]
+
+
+def plant(mutant: Mutant, root: Path) -> Path:
+    """A copy of the package under ``root`` with the mutant applied; returns the
+    folder to put first on PYTHONPATH."""
+    dest = root / mutant.name
+    shutil.copytree(PACKAGE, dest / "sglang_adaptive", ignore=shutil.ignore_patterns("__pycache__"))
+    target = dest / "sglang_adaptive" / mutant.path
+    text = target.read_text()
+    count = text.count(mutant.old)
+    if count != 1:
+        raise ValueError(f"mutant {mutant.name}: its text occurs {count} times in {mutant.path}, not once")
+    target.write_text(text.replace(mutant.old, mutant.new))
+    return dest
+
+
+def env_with(path: Path | None, base: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def imported_from(env: dict) -> str:
+    """Where ``sglang_adaptive`` is imported from under ``env``."""
+    out = subprocess.run([sys.executable, "-c", "import sglang_adaptive; print(sglang_adaptive.__file__)"],
+                         env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def run_tests(tests, env: dict) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    return proc.returncode, (proc.stdout + proc.stderr)[-3000:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--list", action="store_true", help="print the mutants and exit")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args(argv)
+    if args.list:
+        for m in MUTANTS:
+            print(f"{'gpu' if m.gpu else 'cpu'}  {m.name:40s} {m.path:20s} {m.why}")
+        return 0
+    mutants = by_name(args.names)
+    results, failed = [], False
+    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+        # The unmutated copy must pass the same tests, or a kill proves nothing.
+        base_dir = Path(tmp) / "baseline"
+        shutil.copytree(PACKAGE, base_dir / "sglang_adaptive", ignore=shutil.ignore_patterns("__pycache__"))
+        tests = sorted({t for m in mutants for t in m.tests})
+        rc, out = run_tests(tests, env_with(base_dir))
+        if rc != 0:
+            print(f"baseline: the tests fail without any mutant (rc {rc}):\n{out}")
+            return 1
+        for m in mutants:
+            t0 = time.time()
+            env = env_with(plant(m, Path(tmp)))
+            where = imported_from(env)
+            if not where.startswith(tmp):
+                raise SystemExit(f"mutant {m.name}: sglang_adaptive imported from {where}, not the copy")
+            rc, out = run_tests(m.tests, env)
+            # pytest: 1 = tests failed (killed), 0 = all passed (survived), else an error.
+            status = {0: "SURVIVED", 1: "killed"}.get(rc, f"error (pytest rc {rc})")
+            failed |= rc != 1
+            results.append({"name": m.name, "file": m.path, "tests": list(m.tests), "status": status,
+                            "seconds": round(time.time() - t0, 1)})
+            print(f"{status:10s} {m.name:40s} {time.time() - t0:5.1f} s", flush=True)
+            if rc != 1:
+                print(out)
+    killed = sum(r["status"] == "killed" for r in results)
+    print(f"mutants: {killed} of {len(results)} killed")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

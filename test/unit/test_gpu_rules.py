@@ -1,0 +1,112 @@
+"""The GPU suite's verdicts, on fabricated runs: each rule must be able to fail.
+
+The GPU tests only run on the GPU host; what they decide from a run (the modes a
+configuration claims, the bf16 noise rule, the GPU requirement) is plain Python
+and checked here.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+import suite  # noqa: E402
+from test_tiny_pair import bf16_noise, bf16_violations  # noqa: E402
+
+from sglang_adaptive.testing import Run  # noqa: E402
+
+
+def stats_run(total, plain, spec, switches, reserve=2):
+    line = (f"[t] AdaptiveEAGLE decode batches: {total} (plain {plain}, 50.0%; speculative {spec}), "
+            f"switches: {switches}, max plain KV reserve: {reserve}\n")
+    return Run([{"output_ids": [1]}], line)
+
+
+@pytest.mark.parametrize("label, run, ok", [
+    ("threshold-0", stats_run(10, 10, 0, 0), True),
+    ("threshold-0", stats_run(10, 9, 1, 1), False),          # claims always plain, speculated once
+    ("threshold-8-ramp", stats_run(10, 0, 10, 0), False),    # a ramp that never went plain
+    ("alternate-7", stats_run(70, 35, 35, 9), True),         # a switch every 7 batches
+    ("alternate-7", stats_run(70, 35, 35, 3), False),        # too few switches for period 7
+    ("alternate-1~gpu-stale-kv-slot", stats_run(10, 5, 5, 9), True),  # a mutant keeps its config's claim
+])
+def test_modes_each_configuration_claims(label, run, ok):
+    if ok:
+        assert suite.assert_modes(label, run)["total"] == run.stats()["total"]
+    else:
+        with pytest.raises(AssertionError):
+            suite.assert_modes(label, run)
+
+
+def test_modes_of_a_failed_server_fail_on_its_error():
+    with pytest.raises(AssertionError, match="server error"):
+        suite.assert_modes("threshold-0", Run(None, "", error="server exited"))
+
+
+def reference(n=4, gap=0.0625):
+    """A no-spec server's answers: tokens 5, 6, 7; token 9 ranked ``gap`` below 6."""
+    top = [[(-0.1, 5, None), (-3.0, 1, None)], [(-0.5, 6, None), (-0.5 - gap, 9, None)],
+           [(-0.2, 7, None), (-4.0, 2, None)]]
+    return Run([{"output_ids": [5, 6, 7], "meta_info": {"output_top_logprobs": top}}] * n, "")
+
+
+def ids_run(rows):
+    return Run([{"output_ids": r} for r in rows], "")
+
+
+SAME, FLIP = [5, 6, 7], [5, 9, 7]
+
+
+def test_bf16_noise_bound_is_upstream_noise_plus_one_rounding_step():
+    runs = {"plain": reference(gap=0.0625), "plain-2": ids_run([SAME, SAME, SAME, FLIP]),
+            "eagle3": ids_run([FLIP, FLIP, SAME, SAME])}
+    assert bf16_noise(runs) == (pytest.approx(0.0625 + 0.0625), 2)  # no smaller step seen
+
+
+def test_bf16_rule_rejects_a_large_gap_and_too_many_divergences():
+    ref = reference(n=8, gap=0.0625)
+    runs = {"plain": ref, "plain-2": ids_run([SAME] * 7 + [FLIP]), "eagle3": ids_run([SAME] * 8)}
+    runs["ok"] = ids_run([SAME] * 7 + [FLIP])
+    assert bf16_violations(runs, "ok") == []
+    runs["too-many"] = ids_run([SAME] * 5 + [FLIP] * 3)  # 3 > 1.25 x 1
+    assert any("requests diverge" in v for v in bf16_violations(runs, "too-many"))
+    runs["wrong-token"] = ids_run([SAME] * 7 + [[5, 3, 7]])  # outside the reference's top-k
+    assert any("beyond the noise bound" in v for v in bf16_violations(runs, "wrong-token"))
+    # The bound follows the noise measured in the same run: wider noise, wider bound.
+    wide = {"plain": reference(n=8, gap=0.25), "plain-2": ids_run([SAME] * 7 + [FLIP]),
+            "eagle3": ids_run([SAME] * 8), "x": ids_run([SAME] * 7 + [FLIP])}
+    assert bf16_violations(wide, "x") == []
+
+
+def test_gpu_requirement_fails_instead_of_skipping(monkeypatch):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    monkeypatch.setenv("ADAPTIVE_GPU_REQUIRED", "1")
+    with pytest.raises(pytest.fail.Exception, match="no GPU is usable"):
+        suite.require_gpu()
+    monkeypatch.delenv("ADAPTIVE_GPU_REQUIRED")
+    with pytest.raises(pytest.skip.Exception, match="needs a CUDA GPU"):
+        suite.require_gpu()
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_gpu_suite_without_a_gpu_fails_when_required_and_skips_otherwise(required):
+    """`make gpu-test` sets ADAPTIVE_GPU_REQUIRED=1: on a machine without a usable
+    GPU it must exit non-zero instead of passing on skips."""
+    import os
+    import subprocess
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "ADAPTIVE_GPU_REQUIRED": "1" if required else "0"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "test/gpu/test_tiny_pair.py",
+                           "-k", "test_bf16_noise_was_measured"], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    if required:
+        assert proc.returncode != 0 and "no GPU is usable" in proc.stdout, proc.stdout[-2000:]
+    else:
+        assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]
