@@ -237,6 +237,36 @@ def test_every_configuration_shares_the_common_flags():
     assert plan[0].env == {} and "--load-format" not in plan[0].args  # real weights
 
 
+def test_k25_pair_serves_the_users_flags_at_tensor_parallel():
+    pair = configs.k25_pair(acc_len=2.5, tp=2)
+    plain, eagle3 = configs.server_configs(pair, ("plain", "eagle3"), max_bs=128)
+    args = plain.args
+    # The pair's attention backend replaces the common triton one: one backend flag.
+    assert args.count("--attention-backend") == 1
+    assert args[args.index("--attention-backend") + 1] == "flashinfer"
+    assert args[args.index("--tp") + 1] == "2"
+    assert "--disable-custom-all-reduce" in args and "--enable-flashinfer-allreduce-fusion" in args
+    assert plain.env == {} and eagle3.env == {"SGLANG_SIMULATE_ACC_LEN": "2.5"}
+    assert (pair.shape, pair.acceptance) == ("k25-tp2", 2.5)
+
+
+def test_without_flags_drops_each_flag_with_its_value():
+    assert configs.without_flags(["--a", "1", "--b", "2", "--c", "3"], ["--b"]) == ["--a", "1", "--c", "3"]
+    assert configs.without_flags(["--a", "1"], ["--x"]) == ["--a", "1"]
+
+
+def test_rows_carry_shape_and_acceptance(monkeypatch):
+    monkeypatch.setattr(bench.client, "run", lambda url, w, reqs: ([], 0.0, 1.0))
+    monkeypatch.setattr(bench.metrics, "summarize", lambda records, seconds: {"output_tok_per_s": 1.0})
+    a = bench.parse_args(["--pair", "k25"])
+    pair = bench.pair_of(a)
+    w = bench.workloads(bench.parse_args(["--closed", "1", "--rates", "", "--phases", ""]))[0]
+    spec = bench.measure("eagle3", "u", w, a, lambda: "", 0, pair=pair)
+    plain = bench.measure("plain", "u", w, a, lambda: "", 0, pair=pair)
+    assert (spec["shape"], spec["acceptance"]) == ("k25-tp2", 2.5)
+    assert (plain["shape"], plain["acceptance"]) == ("k25-tp2", None)
+
+
 # -- the report from stored rows ----------------------------------------------------
 
 def test_report_from_stored_rows(tmp_path):

@@ -41,9 +41,12 @@ MIN_CLOSED_REQUESTS = 24
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m sglang_adaptive.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pair", choices=("dummy", "tiny", "custom"), default="dummy",
+    p.add_argument("--pair", choices=("dummy", "k25", "tiny", "custom"), default="dummy",
                    help="dummy: shipped Llama-3-8B-shaped configs, random weights, simulated "
-                        "acceptance (default); tiny: the trained fixture pair; custom: --target/--draft")
+                        "acceptance (default); k25: the Kimi-K2.5-shaped MLA + MoE configs with the "
+                        "users' flags at --tp (default 2); tiny: the trained fixture pair; "
+                        "custom: --target/--draft")
+    p.add_argument("--tp", type=int, default=2, help="tensor parallel size of the k25 pair")
     p.add_argument("--target")
     p.add_argument("--draft")
     p.add_argument("--configs", default=",".join(configs.LABELS))
@@ -80,13 +83,15 @@ def workloads(a) -> list:
 def pair_of(a) -> configs.Pair:
     if a.pair == "dummy":
         return configs.dummy_pair(a.acc_len)
+    if a.pair == "k25":
+        return configs.k25_pair(a.acc_len, a.tp)
     if a.pair == "tiny":
         return configs.tiny_pair()
     return configs.custom_pair(a.target, a.draft)
 
 
 def requests_for(workload, a, seed: int):
-    vocab = a.vocab or (1024 if a.pair == "tiny" else 32000)
+    vocab = a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
     def batch(n, s):
         return make_requests(n, seed=s, vocab=vocab, in_range=(a.in_len, a.in_len),
                              out_range=(a.out_len, a.out_len))
@@ -104,9 +109,12 @@ def describe(w) -> str:
     return "phased " + ",".join(f"{s:g}s@{c}" for s, c in w.phases)
 
 
-def measure(label: str, url: str, w, a, log_text, seed: int) -> dict:
+def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None) -> dict:
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
+    if pair is not None:
+        row.update(shape=pair.shape or pair.name,
+                   acceptance=pair.acceptance if label != "plain" else None)
     samples = metrics.mode_samples(log_text())
     row.update(metrics.mode_window(samples, start, start + seconds))
     if row.get("plain_share"):  # plain tokens count in the total but have no verify
@@ -142,7 +150,7 @@ def main(argv=None, server_factory=Server) -> int:
             srv.start()
             print(f"[{i}/{len(plan)} {cfg.label}] ready after {time.time() - t0:.0f} s", flush=True)
             for j, w in enumerate(loads):
-                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j)
+                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair)
                 rows.append(row)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -30,17 +30,35 @@ class Pair:
     draft: Path
     args: tuple = ()  # e.g. --load-format dummy
     spec_env: dict = field(default_factory=dict)  # e.g. simulated acceptance, speculative servers only
+    server_args: tuple = ()  # after the common flags, so they override them (attention backend, --tp)
+    shape: str = ""  # the rows' `shape` field
+    acceptance: str | float = "real"  # the rows' `acceptance` field: simulated value or "real"
 
 
 def dummy_pair(acc_len: float = 2.5, models: Path = MODELS) -> Pair:
     """The shipped Llama-3-8B-shaped configs, random weights, acceptance simulated by SGLang."""
     return Pair("dummy-llama3-8b", models / "llama3-8b", models / "llama3-8b-eagle3",
-                ("--load-format", "dummy"), {"SGLANG_SIMULATE_ACC_LEN": str(acc_len)})
+                ("--load-format", "dummy"), {"SGLANG_SIMULATE_ACC_LEN": str(acc_len)},
+                shape="llama3-8b-tp1", acceptance=acc_len)
+
+
+# The users' flags (K2.5 on 8 GPUs) at the tested tensor parallel size.
+K25_FLAGS = ("--attention-backend", "flashinfer", "--disable-custom-all-reduce",
+             "--enable-flashinfer-allreduce-fusion")
+
+
+def k25_pair(acc_len: float = 2.5, tp: int = 2, models: Path = MODELS) -> Pair:
+    """The Kimi-K2.5-shaped MLA + MoE configs (benchmark/models/README.md), random
+    weights, simulated acceptance, the users' flags at ``--tp tp``."""
+    return Pair(f"k25-tp{tp}", models / "k25-tp2", models / "k25-tp2-eagle3",
+                ("--load-format", "dummy", "--context-length", "4096"),
+                {"SGLANG_SIMULATE_ACC_LEN": str(acc_len)},
+                server_args=("--tp", str(tp), *K25_FLAGS), shape=f"k25-tp{tp}", acceptance=acc_len)
 
 
 def tiny_pair(path: Path = TINY_PAIR) -> Pair:
     """The project's trained 2 MB pair: real weights, real acceptance."""
-    return Pair("tiny-pair", path / "target", path / "eagle3")
+    return Pair("tiny-pair", path / "target", path / "eagle3", shape="tiny-llama-tp1")
 
 
 def custom_pair(target: str, draft: str) -> Pair:
@@ -58,9 +76,25 @@ class ServerConfig:
         return " ".join(filter(None, [env, "python -m sglang.launch_server", *map(str, self.args)]))
 
 
+def without_flags(args, flags) -> list:
+    """``args`` without the ``--flag value`` pairs of ``flags``."""
+    out, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in flags and i + 1 < len(args):
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
 def common_args(pair: Pair, max_bs: int) -> list:
+    # A pair's own flags replace the common ones they name (the attention backend).
+    common = without_flags(COMMON_ARGS, [a for a in pair.server_args if a.startswith("--")])
     return [
-        "--model-path", str(pair.target), *pair.args, *COMMON_ARGS,
+        "--model-path", str(pair.target), *pair.args, *common, *pair.server_args,
         "--max-running-requests", str(max_bs), "--cuda-graph-max-bs", str(max_bs),
         # The adaptive worker logs its mode counters at this interval; the report
         # turns them into the plain share per load point and the mode over time.
