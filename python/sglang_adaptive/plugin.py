@@ -17,6 +17,7 @@ from sglang_adaptive import upstream
 logger = logging.getLogger(__name__)
 
 _register_error: BaseException | None = None
+_registered: tuple[upstream.Hook, ...] = ()
 
 
 def _apply_hooks_then_verify(original):
@@ -26,20 +27,25 @@ def _apply_hooks_then_verify(original):
             raise upstream.UpstreamDriftError(
                 f"sglang_adaptive could not register its hooks: {_register_error}"
             ) from _register_error
-        upstream.verify()
+        upstream.verify(_registered)
 
     apply_hooks._sglang_adaptive_verifies = True
     return apply_hooks
 
 
 def register() -> None:
-    global _register_error
+    global _register_error, _registered
     registry = upstream.sglang_symbols.HookRegistry
     current = registry.__dict__["apply_hooks"]
     if not getattr(current.__func__, "_sglang_adaptive_verifies", False):
         registry.apply_hooks = classmethod(_apply_hooks_then_verify(current.__func__))
     try:
-        upstream.register_hooks()
+        # Imported here, not at the top: load_plugins only logs an entry point that
+        # fails to import, while an error here stops start-up in apply_hooks.
+        from sglang_adaptive.hooks import HOOKS
+
+        upstream.register_hooks(HOOKS)
+        _registered = HOOKS
     except Exception as e:  # reported by the verifying apply_hooks, not swallowed
         _register_error = e
         raise

@@ -94,15 +94,18 @@ class PolicyConfig:
 
 
 def make_policy(config: PolicyConfig) -> ModePolicy:
+    """The policy of an enabled config. With 'off' no adaptive worker is built, so
+    there is no policy to make."""
     if config.policy == POLICY_THRESHOLD:
         if config.threshold is None:
             raise ValueError("the threshold policy needs a threshold")
         return ThresholdPolicy(config.threshold)
     if config.policy == POLICY_ALTERNATE:
         return AlternatePolicy(config.alternate_period)
-    if config.policy == POLICY_OFF:
-        return ModePolicy()
-    raise ValueError(f"unknown policy {config.policy!r}; choose from {POLICY_CHOICES}")
+    raise ValueError(
+        f"no switching policy for {config.policy!r}; "
+        f"choose {POLICY_THRESHOLD!r} or {POLICY_ALTERNATE!r}"
+    )
 
 
 def plain_kv_reserve(last_decode_width: int, overlap: bool) -> int:

@@ -57,12 +57,11 @@ def around_prepare_for_decode(original, self):
     if self.spec_algorithm.is_none():
         return original(self)
     controller = ctl.current()
-    n = len(self.reqs)
-    speculative = controller.speculate(n, self.has_grammar)
+    speculative = controller.speculate(len(self.reqs), self.has_grammar)
     setattr(self, ctl.BATCH_FLAG, speculative)
     with _reserve(controller.kv_reserve(speculative, self.enable_overlap)):
         original(self)
-    controller.on_prepare(speculative, n)
+    controller.on_prepare(speculative)
     if not speculative:
         controller.audit_kv(self.reqs)
 

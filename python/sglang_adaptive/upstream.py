@@ -1,19 +1,25 @@
-"""Every SGLang symbol this package hooks, subclasses or calls, named in one place.
+"""Every SGLang symbol this package subclasses, calls or reads, named in one place.
 
-An SGLang upgrade is this file's work: each entry is a dotted path into the pinned
-release. ``HOOKS`` are patched through SGLang's ``HookRegistry``; ``SYMBOLS`` are
-used directly (through ``sglang_symbols``). SGLang only *logs* a hook that fails
-to apply, so ``verify()`` runs right after ``HookRegistry.apply_hooks`` in every
-process and stops start-up with one sentence naming what drifted.
+An SGLang upgrade is this file's work (and ``hooks.py``'s, which lists the hooked
+targets next to the functions patched onto them through SGLang's ``HookRegistry``).
+Each entry is a dotted path into the pinned release: ``SYMBOLS`` are used directly
+(through ``sglang_symbols``), and the tables below them name every attribute read
+or written on SGLang objects. SGLang only *logs* a hook that fails to apply, so
+``verify()`` runs right after ``HookRegistry.apply_hooks`` in every process and
+stops start-up with one sentence naming what drifted.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import inspect
 import pkgutil
+import textwrap
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import metadata
-from collections.abc import Callable
 
 PINNED_SGLANG_VERSION = "0.5.17"
 
@@ -26,43 +32,16 @@ class UpstreamDriftError(RuntimeError):
 class Hook:
     target: str  # dotted path handed to HookRegistry
     kind: str  # HookType name: BEFORE / AFTER / AROUND / REPLACE
-    impl: str  # "module:function" inside this package
+    impl: Callable  # the hook body, a function of this package
 
-
-HOOKS: tuple[Hook, ...] = (
-    # Flags: add ours to the parser, read them back onto ServerArgs, validate.
-    Hook("sglang.srt.server_args.ServerArgs.add_cli_args", "AFTER",
-         "sglang_adaptive.args:after_add_cli_args"),
-    Hook("sglang.srt.server_args.ServerArgs.from_cli_args", "AROUND",
-         "sglang_adaptive.args:around_from_cli_args"),
-    # Worker choice: AdaptiveEAGLEWorker for EAGLE/EAGLE3 when a policy is on.
-    Hook("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_create_worker"),
-    # Per-batch mode: decided for the memory check, fixed at prepare_for_decode.
-    Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.check_decode_mem", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_check_decode_mem"),
-    Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_decode", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_prepare_for_decode"),
-    # KV reserve per request: the plain reserve replaces 2 x alloc_len for plain batches.
-    Hook("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_get_alloc_reserve_per_decode"),
-    # Host cost: upstream's per-request commit loop indexes a CPU tensor element by
-    # element; plain batches take this path too, a plain server's does not.
-    Hook("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_alloc_for_spec_decode"),
-    # Results: a plain result is processed as a plain decode result.
-    Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
-         "SchedulerBatchResultProcessor.process_batch_result_decode", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_process_batch_result_decode"),
-    # Metrics: an interval with plain batches only has no acceptance to report.
-    Hook("sglang.srt.managers.scheduler_components.metrics_reporter."
-         "SchedulerMetricsReporter.report_decode_stats", "AROUND",
-         "sglang_adaptive.scheduler_hooks:around_report_decode_stats"),
-)
 
 # Used directly: subclassed, constructed, called, or read as attributes.
 SYMBOLS: dict[str, str] = {
+    "ModelConfig": "sglang.srt.configs.model_config.ModelConfig",
+    "mambaish_config": "sglang.srt.configs.hybrid_arch.mambaish_config",
     "EAGLEWorkerV2": "sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2",
+    "EagleDraftWorker": "sglang.srt.speculative.eagle_worker_v2.EagleDraftWorker",
+    "TpModelWorker": "sglang.srt.managers.tp_worker.TpModelWorker",
     "DecodeCudaGraphRunner": "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner",
     "ForwardBatch": "sglang.srt.model_executor.forward_batch_info.ForwardBatch",
     "ForwardMode": "sglang.srt.model_executor.forward_batch_info.ForwardMode",
@@ -78,7 +57,15 @@ SYMBOLS: dict[str, str] = {
     "log_info_on_rank0": "sglang.srt.utils.common.log_info_on_rank0",
     "HookRegistry": "sglang.srt.plugins.hook_registry.HookRegistry",
     "HookType": "sglang.srt.plugins.hook_registry.HookType",
+    "ServerArgs": "sglang.srt.server_args.ServerArgs",
+    "Scheduler": "sglang.srt.managers.scheduler.Scheduler",
+    "SchedulerMetricsReporter": "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter",
     "ScheduleBatch": "sglang.srt.managers.schedule_batch.ScheduleBatch",
+    "Req": "sglang.srt.managers.schedule_batch.Req",
+    "ReqKvInfo": "sglang.srt.managers.schedule_batch.ReqKvInfo",
+    "ReqToTokenPool": "sglang.srt.mem_cache.memory_pool.ReqToTokenPool",
+    "BasePrefixCache": "sglang.srt.mem_cache.base_prefix_cache.BasePrefixCache",
+    "BaseTokenToKVPoolAllocator": "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator",
 }
 
 # Attributes of upstream objects the worker reads or swaps; checked on the classes
@@ -88,9 +75,25 @@ ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("EAGLEWorkerV2", "init_cuda_graphs"),
     ("EAGLEWorkerV2", "war_fastpath_runner"),
     ("EAGLEWorkerV2", "spec_v2_attn_backends"),
+    ("TpModelWorker", "forward_batch_generation"),
+    ("TpModelWorker", "model_runner"),
     ("ForwardBatch", "init_new"),
+    ("ForwardMode", "DECODE"),
+    ("ForwardMode", "is_decode"),
+    ("CaptureHiddenMode", "NULL"),
+    ("CaptureHiddenMode", "LAST"),
+    ("SpeculativeAlgorithm", "NONE"),
+    ("SpeculativeAlgorithm", "is_none"),
+    ("SpeculativeAlgorithm", "is_eagle3"),
+    ("Phase", "DECODE"),
+    ("Backend", "DISABLED"),
     ("GenerationBatchResult", "copy_to_cpu"),
+    ("Req", "finished"),
+    ("ModelConfig", "from_server_args"),
+    ("HookRegistry", "register"),
     ("HookRegistry", "apply_hooks"),  # wrapped by plugin.register to verify the hooks
+    ("HookType", "AFTER"),
+    ("HookType", "AROUND"),
 )
 
 
@@ -109,7 +112,42 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_probs",
         "dsa_topk_indices", "capture_hidden_mode",
     ),
+    "ReqKvInfo": ("kv_allocated_len",),
+    "SchedulerMetricsReporter": ("scheduler",),
+    # args.check_combination reads these with getattr defaults (the raw Namespace may
+    # lack them), so a renamed flag would silently skip its check without this.
+    "ServerArgs": (
+        "speculative_algorithm", "speculative_eagle_topk", "enable_dp_attention", "pp_size",
+        "speculative_adaptive", "enable_multi_layer_eagle", "decode_log_interval",
+        "enable_return_hidden_states",
+    ),
 }
+
+# Instance attributes of upstream classes whose objects do not exist at start-up (a
+# Req comes with the first request, the reporter and pools with the scheduler), so
+# a live check would fire on the first batch, not at start-up. They are checked in
+# the class source instead: assigned as ``self.<name>`` in a method of the class or
+# a base, or declared in a class body. Any method, not only ``__init__``: upstream
+# sets some in helpers (the reporter's counters in ``_init_metrics``, the worker's
+# pool in ``alloc_memory_pool``). The pinned release ships its source.
+ASSIGNED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
+    ("Req", "kv_committed_len"),
+    ("Req", "is_retracted"),
+    ("Req", "kv"),
+    ("SchedulerMetricsReporter", "spec_num_forward_ct"),
+    ("Scheduler", "spec_algorithm"),
+    ("EAGLEWorkerV2", "req_to_token_pool"),
+    ("EagleDraftWorker", "draft_runner"),
+    ("ReqToTokenPool", "req_to_token"),
+    ("BasePrefixCache", "token_to_kv_pool_allocator"),
+    ("BaseTokenToKVPoolAllocator", "page_size"),
+    ("DecodeCudaGraphRunner", "capture_bs"),
+    # Assigned by BaseRunner.__init__ and read at capture; PlainDecodeGraphRunner
+    # overrides it with a property whose setter receives that assignment.
+    ("DecodeCudaGraphRunner", "return_hidden_states_mode"),
+    ("ModelConfig", "model_is_mrope"),
+    ("ModelConfig", "hf_config"),
+)
 
 # Instance attributes set in upstream constructors; checked on the live objects
 # (the worker after EAGLEWorkerV2.__init__, the target runner before capture).
@@ -122,6 +160,30 @@ MODEL_RUNNER_ATTRIBUTES = (
     "attn_backend", "decode_cuda_graph_runner", "spec_algorithm", "init_new_workspace",
     "_get_attention_backend",
 )
+
+
+# Parameters of SGLang callables the package calls by keyword, by position, or
+# overrides: a rename would otherwise fail only at the first call. Checked on the
+# signature (``inspect.signature`` follows hook wrappers to the original).
+PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sglang.srt.mem_cache.allocation.alloc_for_spec_decode",
+     ("tree_cache", "req_to_token_pool", "nxt_kv_lens_cpu")),
+    ("sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
+     ("batch", "model_runner", "capture_hidden_mode", "return_hidden_states_before_norm")),
+    ("sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.__init__",
+     ("model_runner", "attn_backend", "speculative_num_steps", "speculative_num_draft_tokens")),
+    ("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.__init__",
+     ("server_args", "gpu_id", "ps", "nccl_port", "target_worker")),
+    ("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation",
+     ("batch", "on_publish", "grammar_barrier")),
+    ("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation", ("batch", "forward_batch")),
+    ("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", ("server_args",)),
+)
+
+
+def missing_parameters(path: str, names) -> list[str]:
+    params = inspect.signature(_resolve(path)).parameters
+    return [n for n in names if n not in params]
 
 
 def check_instance(obj, names, what: str) -> None:
@@ -167,9 +229,33 @@ def installed_version() -> str:
         return "not installed"
 
 
-def load_impl(hook: Hook) -> Callable:
-    module, _, name = hook.impl.partition(":")
-    return getattr(__import__(module, fromlist=[name]), name)
+@functools.cache
+def assigned_attributes(cls: type) -> frozenset[str]:
+    """Attribute names SGLang's source gives instances of ``cls``: ``self.<name>``
+    assigned in a method of the class or of an SGLang base, or a name declared in
+    such a class body. Parsed, not searched as text, so comments and strings do not
+    count. A class whose source cannot be read contributes nothing: fail closed."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("sglang."):
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        (node,) = ast.parse(textwrap.dedent(source)).body
+        for stmt in node.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Attribute)
+                and isinstance(sub.ctx, ast.Store)
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == "self"
+            ):
+                names.add(sub.attr)
+    return frozenset(names)
 
 
 def current_attribute(target: str):
@@ -199,13 +285,13 @@ def applied_hook(target: str, impl: Callable) -> Callable | None:
     return None
 
 
-def register_hooks() -> None:
+def register_hooks(hooks: Iterable[Hook]) -> None:
     registry, hook_type = sglang_symbols.HookRegistry, sglang_symbols.HookType
-    for hook in HOOKS:
-        registry.register(hook.target, load_impl(hook), getattr(hook_type, hook.kind))
+    for hook in hooks:
+        registry.register(hook.target, hook.impl, getattr(hook_type, hook.kind))
 
 
-def verify() -> None:
+def verify(hooks: Iterable[Hook]) -> None:
     """Raise UpstreamDriftError unless SGLang is the pinned release with every hook applied."""
     version = installed_version()
     if version != PINNED_SGLANG_VERSION:
@@ -213,8 +299,8 @@ def verify() -> None:
             f"sglang_adaptive supports sglang=={PINNED_SGLANG_VERSION} only, but sglang "
             f"{version} is installed; install the pinned release or upgrade this package."
         )
-    for hook in HOOKS:
-        if applied_hook(hook.target, load_impl(hook)) is None:
+    for hook in hooks:
+        if applied_hook(hook.target, hook.impl) is None:
             raise UpstreamDriftError(_drift_sentence(hook.target, "was not patched by its hook"))
     for name in SYMBOLS:
         getattr(sglang_symbols, name)
@@ -226,3 +312,13 @@ def verify() -> None:
         for name in names:
             if name not in fields:
                 raise UpstreamDriftError(_drift_sentence(f"{SYMBOLS[owner]}.{name}", "is not a field"))
+    for path, names in PARAMETERS:
+        missing = missing_parameters(path, names)
+        if missing:
+            raise UpstreamDriftError(_drift_sentence(f"{path}({missing[0]}=...)", "has no such parameter"))
+    for owner, attr in ASSIGNED_ATTRIBUTES:
+        cls = getattr(sglang_symbols, owner)
+        if not (hasattr(cls, attr) or attr in assigned_attributes(cls)):
+            raise UpstreamDriftError(
+                _drift_sentence(f"{SYMBOLS[owner]}.{attr}", "is not set by its class or its bases")
+            )

@@ -89,10 +89,6 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         )
 
     @property
-    def plain_state(self) -> ModeState | None:
-        return self._plain_state
-
-    @property
     def war_fastpath_runner(self):
         return self._war_runner
 

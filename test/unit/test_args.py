@@ -71,3 +71,73 @@ def test_no_flags_means_policy_off(parse):
 
 def test_server_args_built_without_cli_default_to_off():
     assert get_config(object()) == PolicyConfig()
+
+
+# -- model families whose plain step would crash or answer wrongly -----------------
+
+
+def write_config(path, config, arch):
+    import json
+
+    data = config.to_dict()
+    data["architectures"] = [arch]
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture()
+def family_configs(tmp_path):
+    import transformers
+
+    vl = transformers.Qwen2_5_VLConfig()
+    # The mrope layout of the published Qwen2.5-VL configs.
+    text = vl.text_config
+    text.rope_parameters = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}
+    return {
+        "mrope": write_config(tmp_path / "qwen25vl", vl, "Qwen2_5_VLForConditionalGeneration"),
+        "hybrid": write_config(tmp_path / "qwen3next", transformers.Qwen3NextConfig(num_hidden_layers=4),
+                               "Qwen3NextForCausalLM"),
+    }
+
+
+@pytest.mark.parametrize("family, message", [
+    ("mrope", "--speculative-switch-policy threshold does not support models with mrope positions "
+              "(Qwen2_5_VLForConditionalGeneration) yet."),
+    ("hybrid", "--speculative-switch-policy threshold does not support hybrid linear-attention models "
+               "(Qwen3NextForCausalLM) yet."),
+])
+def test_model_families_the_plain_step_cannot_serve_are_refused(plugins, family_configs, family, message):
+    from sglang.srt.configs.model_config import ModelConfig
+
+    from sglang_adaptive.args import check_model_family
+
+    config = PolicyConfig(policy="threshold", threshold=8)
+    model_config = ModelConfig(str(family_configs[family]))
+    with pytest.raises(ConfigError) as err:
+        check_model_family(object(), config, model_config)
+    assert str(err.value) == "sglang_adaptive: " + message
+
+
+def test_hybrid_model_is_refused_from_the_command_line(parse, family_configs):
+    argv = eagle3_argv("--speculative-disable-batch-threshold", "8", "--disable-radix-cache")
+    argv[argv.index("--model-path") + 1] = str(family_configs["hybrid"])
+    with pytest.raises(ConfigError, match="does not support hybrid linear-attention models"):
+        parse(argv)
+
+
+def test_return_hidden_states_is_refused_with_eagle_not_eagle3(parse):
+    from types import SimpleNamespace as NS
+
+    from sglang_adaptive.args import check_model_family
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    llama = ModelConfig.from_server_args(parse(eagle3_argv("--speculative-disable-batch-threshold", "8")))
+    config = PolicyConfig(policy="threshold", threshold=8)
+    eagle = NS(speculative_algorithm="EAGLE", enable_return_hidden_states=True)
+    with pytest.raises(ConfigError, match="does not support --enable-return-hidden-states with EAGLE; use EAGLE3."):
+        check_model_family(eagle, config, llama)
+    # EAGLE-3 captures hidden states in its plain graphs: allowed; so is EAGLE without them.
+    check_model_family(NS(speculative_algorithm="EAGLE3", enable_return_hidden_states=True), config, llama)
+    check_model_family(NS(speculative_algorithm="EAGLE", enable_return_hidden_states=False), config, llama)

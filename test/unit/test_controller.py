@@ -19,10 +19,10 @@ def test_reserve_follows_the_in_flight_mode():
     c = ctl.AdaptiveModeController(AlternatePolicy(1), spec_width=4)
     assert c.kv_reserve(True, True) is None  # speculative: upstream's 2 x alloc_len
     assert c.kv_reserve(False, True) == 2  # nothing wide in flight yet
-    c.on_prepare(True, 8)
+    c.on_prepare(True)
     assert c.kv_reserve(False, True) == 5  # a verify of 4 tokens may still be writing
     assert c.kv_reserve(False, False) == 1  # no overlap: committed length is exact
-    c.on_prepare(False, 8)
+    c.on_prepare(False)
     assert c.kv_reserve(False, True) == 2
 
 
@@ -30,9 +30,9 @@ def test_stats_count_batches_and_switches():
     c = ctl.AdaptiveModeController(AlternatePolicy(2), spec_width=4)
     for _ in range(6):
         spec = c.speculate(3)
-        c.on_prepare(spec, 3)
+        c.on_prepare(spec)
     s = c.stats
-    assert (s.spec_batches, s.plain_batches, s.switches, s.plain_tokens) == (4, 2, 2, 6)
+    assert (s.spec_batches, s.plain_batches, s.switches) == (4, 2, 2)
     assert "plain 2" in s.summary() and "switches: 2" in s.summary()
 
 
@@ -51,7 +51,7 @@ def test_stats_line_is_what_the_readers_parse():
 
     stats = ModeStats()
     for speculative in (True, False, False, True):
-        stats.record(speculative, 8)
+        stats.record(speculative)
     stats.max_plain_reserve = 2
     m = re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary())
     assert m and m.groups() == ("4", "2", "2", "2", "2")
@@ -92,7 +92,7 @@ def test_stats_are_logged_every_log_interval(caplog):
     c = ctl.AdaptiveModeController(AlternatePolicy(1), spec_width=4, log_interval=2)
     with caplog.at_level(logging.INFO, logger=ctl.__name__):
         for _ in range(5):
-            c.on_prepare(c.speculate(3), 3)
+            c.on_prepare(c.speculate(3))
     assert [r.getMessage() for r in caplog.records if r.name == ctl.__name__] == [
         "AdaptiveEAGLE decode batches: 2 (plain 1, 50.0%; speculative 1), switches: 1",
         "AdaptiveEAGLE decode batches: 4 (plain 2, 50.0%; speculative 2), switches: 3",

@@ -8,7 +8,7 @@ from sglang_adaptive.plain_graph import ModeState, PlainDecodeGraphRunner, captu
 def test_mode_state_is_switched_by_reference_and_restored():
     runner = NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
                 spec_algorithm="EAGLE3")
-    plain = ModeState("plain", "plain-backend", "decode-graphs", "NONE", None)
+    plain = ModeState("plain-backend", "decode-graphs", "NONE", None)
     with installed(runner, plain):
         assert (runner.attn_backend, runner.decode_cuda_graph_runner, runner.spec_algorithm) == (
             "plain-backend", "decode-graphs", "NONE")
@@ -112,8 +112,8 @@ def test_plain_state_captures_one_token_decode_graphs_on_a_new_backend(build):
     assert isinstance(state.graph_runner, PlainDecodeGraphRunner)
     # The EAGLE-3 floor lifts the server's NULL capture for the plain graphs.
     assert state.graph_runner.return_hidden_states_mode == up.CaptureHiddenMode.LAST
-    assert (state.name, state.attn_backend, state.spec_algorithm, state.capture_hidden_mode) == (
-        "plain", "plain-backend", up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
+    assert (state.attn_backend, state.spec_algorithm, state.capture_hidden_mode) == (
+        "plain-backend", up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
     assert captured_batch_sizes(state) == [1, 2, 4, 8]
     assert build.calls.memory == [("cuda", 3), ("cuda", 3)]
     assert used_gib == pytest.approx(1.5) and seconds >= 0

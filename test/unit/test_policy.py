@@ -2,7 +2,6 @@ import pytest
 
 from sglang_adaptive.policy import (
     AlternatePolicy,
-    ModePolicy,
     PolicyConfig,
     ThresholdPolicy,
     make_policy,
@@ -34,14 +33,16 @@ def test_alternate_pattern_and_purity():
 
 
 def test_make_policy():
-    assert type(make_policy(PolicyConfig())) is ModePolicy
     assert make_policy(PolicyConfig("threshold", threshold=3)).threshold == 3
     assert make_policy(PolicyConfig("alternate", alternate_period=7)).period == 7
     assert not PolicyConfig().enabled and PolicyConfig("threshold", 1).enabled
     with pytest.raises(ValueError):
         make_policy(PolicyConfig("threshold"))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no switching policy for 'goodput-someday'"):
         make_policy(PolicyConfig("goodput-someday"))
+    # 'off' builds no adaptive worker, so there is no policy to make for it.
+    with pytest.raises(ValueError, match="no switching policy for 'off'"):
+        make_policy(PolicyConfig())
 
 
 @pytest.mark.parametrize(

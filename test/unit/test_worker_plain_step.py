@@ -24,7 +24,7 @@ def plain_worker(runner, forward, req_to_token) -> AdaptiveEAGLEWorker:
     worker._target_worker = NS(model_runner=runner, forward_batch_generation=forward)
     worker._draft_worker = NS(draft_runner="draft-runner")
     worker._war_runner = "draft-runner"
-    worker._plain_state = ModeState("plain", "plain-backend", "decode-graphs",
+    worker._plain_state = ModeState("plain-backend", "decode-graphs",
                                     up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
     worker.req_to_token_pool = NS(req_to_token=req_to_token)
     return worker
@@ -311,7 +311,7 @@ def test_worker_installs_its_controller(built, monkeypatch):
     assert (c.spec_width, c.log_interval, c.audit_enabled) == (4, 7, False)
     # EAGLE-3 plain graphs capture the aux hidden states the draft reads.
     assert worker._plain_capture_mode == up.CaptureHiddenMode.LAST
-    assert worker.plain_state is None and worker.war_fastpath_runner == "draft-runner"
+    assert worker._plain_state is None and worker.war_fastpath_runner == "draft-runner"
     assert built.logs == [
         "AdaptiveEAGLEWorker active: algorithm=EAGLE3, policy=threshold(speculate while "
         "batch size <= 16), steps=3, topk=1, draft_tokens=4"]
@@ -342,7 +342,7 @@ def test_cuda_graphs_add_the_plain_set_after_upstream_ones(built, monkeypatch):
 
     worker = built.build("--speculative-disable-batch-threshold", "16")
     events = []
-    state = ModeState("plain", "plain-backend", NS(capture_bs=[4, 1, 2]),
+    state = ModeState("plain-backend", NS(capture_bs=[4, 1, 2]),
                       up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
 
     def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id):
@@ -355,7 +355,7 @@ def test_cuda_graphs_add_the_plain_set_after_upstream_ones(built, monkeypatch):
     # Upstream's verify and draft graphs first: the plain set gets its own backend.
     assert events == ["upstream", ("plain", worker._target_worker.model_runner,
                                    up.CaptureHiddenMode.LAST, "cpu", 0)]
-    assert worker.plain_state is state
+    assert worker._plain_state is state
     assert worker._additional_graph_memory_usage == {"plain_decode": 1.25}
     assert worker._additional_graph_time_usage == {"plain_decode": 3.5}
     assert built.logs[-1] == ("AdaptiveEAGLE plain DECODE set built: batch sizes [1, 2, 4], "

@@ -1,0 +1,42 @@
+"""The SGLang functions this package patches, each with the function patched onto it.
+
+Registered through SGLang's ``HookRegistry`` by ``plugin.register`` and checked by
+``upstream.verify`` (each hook found, by identity, in its target's wrapper chain).
+The targets are dotted paths into the pinned release, as ``HookRegistry`` takes them.
+"""
+
+from __future__ import annotations
+
+from sglang_adaptive import args, scheduler_hooks
+from sglang_adaptive.upstream import Hook
+
+HOOKS: tuple[Hook, ...] = (
+    # Flags: add ours to the parser, read them back onto ServerArgs, validate.
+    Hook("sglang.srt.server_args.ServerArgs.add_cli_args", "AFTER",
+         args.after_add_cli_args),
+    Hook("sglang.srt.server_args.ServerArgs.from_cli_args", "AROUND",
+         args.around_from_cli_args),
+    # Worker choice: AdaptiveEAGLEWorker for EAGLE/EAGLE3 when a policy is on.
+    Hook("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker", "AROUND",
+         scheduler_hooks.around_create_worker),
+    # Per-batch mode: decided for the memory check, fixed at prepare_for_decode.
+    Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.check_decode_mem", "AROUND",
+         scheduler_hooks.around_check_decode_mem),
+    Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_decode", "AROUND",
+         scheduler_hooks.around_prepare_for_decode),
+    # KV reserve per request: the plain reserve replaces 2 x alloc_len for plain batches.
+    Hook("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", "AROUND",
+         scheduler_hooks.around_get_alloc_reserve_per_decode),
+    # Host cost: upstream's per-request commit loop indexes a CPU tensor element by
+    # element; plain batches take this path too, a plain server's does not.
+    Hook("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "AROUND",
+         scheduler_hooks.around_alloc_for_spec_decode),
+    # Results: a plain result is processed as a plain decode result.
+    Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
+         "SchedulerBatchResultProcessor.process_batch_result_decode", "AROUND",
+         scheduler_hooks.around_process_batch_result_decode),
+    # Metrics: an interval with plain batches only has no acceptance to report.
+    Hook("sglang.srt.managers.scheduler_components.metrics_reporter."
+         "SchedulerMetricsReporter.report_decode_stats", "AROUND",
+         scheduler_hooks.around_report_decode_stats),
+)
