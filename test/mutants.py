@@ -155,6 +155,10 @@ MUTANTS: tuple[Mutant, ...] = (
            'if False:',
            (U + "test_args.py",),
            why="eager plain steps of an EAGLE server return fewer hidden-state rows than tokens"),
+    Mutant("accept-length-counts-plain-tokens", "telemetry.py",
+           "    if verify_ct > 0 and get_config(self.server_args).enabled:\n", "    if False:\n",
+           (U + "test_telemetry.py",),
+           why="a partly plain request reported its plain tokens as accepted drafts"),
     # The log readers the GPU assertions rely on.
     Mutant("replays-count-draft-graphs", "testing.py",
            'rf"Decode graph replay: worker=target .* mode={mode} ")', 'rf"Decode graph replay: .* mode={mode} ")',

@@ -7,7 +7,7 @@ The targets are dotted paths into the pinned release, as ``HookRegistry`` takes 
 
 from __future__ import annotations
 
-from sglang_adaptive import args, scheduler_hooks
+from sglang_adaptive import args, scheduler_hooks, telemetry
 from sglang_adaptive.upstream import Hook
 
 HOOKS: tuple[Hook, ...] = (
@@ -39,4 +39,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook("sglang.srt.managers.scheduler_components.metrics_reporter."
          "SchedulerMetricsReporter.report_decode_stats", "AROUND",
          scheduler_hooks.around_report_decode_stats),
+    # Per-request counters: acceptance of a partly plain request counts its
+    # speculative steps only.
+    Hook("sglang.srt.managers.tokenizer_manager.TokenizerManager._calculate_spec_decoding_metrics", "AROUND",
+         telemetry.around_calculate_spec_decoding_metrics),
 )

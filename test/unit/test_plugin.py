@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from sglang_adaptive import args, scheduler_hooks, upstream
+from sglang_adaptive import args, scheduler_hooks, telemetry, upstream
 from sglang_adaptive.hooks import HOOKS
 
 
@@ -31,7 +31,7 @@ def test_each_hook_holds_the_function_it_patches():
     bodies = {hook.impl for hook in HOOKS}
     assert len(bodies) == len(HOOKS)
     for hook in HOOKS:
-        assert hook.impl.__module__ in (args.__name__, scheduler_hooks.__name__), hook.target
+        assert hook.impl.__module__ in (args.__name__, scheduler_hooks.__name__, telemetry.__name__), hook.target
         assert getattr(sys.modules[hook.impl.__module__], hook.impl.__name__) is hook.impl
         assert hasattr(HookType, hook.kind), hook.kind
     (hook,) = [h for h in HOOKS if h.target.endswith(".check_decode_mem")]

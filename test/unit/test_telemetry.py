@@ -1,0 +1,48 @@
+"""Per-request counters of a request that ran partly plain, through SGLang's own code."""
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from sglang_adaptive.args import attach
+from sglang_adaptive.policy import PolicyConfig
+
+
+def recv(completion_tokens, verify_ct, correct_drafts):
+    """The scheduler's output for one request, as the tokenizer manager receives it."""
+    return NS(spec_verify_ct=[verify_ct], spec_num_correct_drafts=[correct_drafts],
+              completion_tokens=[completion_tokens], spec_num_cap_tokens=None,
+              spec_num_block_accept_tokens=None, spec_correct_drafts_histogram=None,
+              spec_cap_lens_histogram=None)
+
+
+def manager(policy: str):
+    server_args = NS(speculative_num_draft_tokens=4)
+    attach(server_args, PolicyConfig(policy=policy, threshold=8 if policy == "threshold" else None))
+    return NS(server_args=server_args)
+
+
+def metrics(policy, completion_tokens, verify_ct, correct_drafts):
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    meta_info = {}
+    TokenizerManager._calculate_spec_decoding_metrics(manager(policy), meta_info,
+                                                      recv(completion_tokens, verify_ct, correct_drafts), 0)
+    return meta_info
+
+
+def test_partly_plain_request_reports_tokens_per_verify_of_its_speculative_steps(plugins):
+    # 10 verifies accepted 12 drafts (22 tokens); 78 more tokens came from plain steps.
+    meta = metrics("threshold", completion_tokens=100, verify_ct=10, correct_drafts=12)
+    assert meta["spec_accept_length"] == pytest.approx(2.2)
+    # Upstream's other counters count verifies only and stay as they are.
+    assert meta["spec_verify_ct"] == 10 and meta["spec_accept_rate"] == pytest.approx(12 / 30)
+
+
+def test_static_eagle_server_keeps_upstreams_definition(plugins):
+    meta = metrics("off", completion_tokens=100, verify_ct=10, correct_drafts=12)
+    assert meta["spec_accept_length"] == pytest.approx(10.0)
+
+
+def test_request_that_never_speculated_reports_no_acceptance(plugins):
+    assert "spec_accept_length" not in metrics("threshold", completion_tokens=50, verify_ct=0, correct_drafts=0)
