@@ -159,6 +159,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "    if verify_ct > 0 and get_config(self.server_args).enabled:\n", "    if False:\n",
            (U + "test_telemetry.py",),
            why="a partly plain request reported its plain tokens as accepted drafts"),
+    Mutant("engine-flags-ignored", "args.py",
+           "    if flags:\n", "    if False:\n",
+           (U + "test_args.py",),
+           why="sglang.Engine(speculative_disable_batch_threshold=...) would run with the policy off"),
     # The log readers the GPU assertions rely on.
     Mutant("replays-count-draft-graphs", "testing.py",
            'rf"Decode graph replay: worker=target .* mode={mode} ")', 'rf"Decode graph replay: .* mode={mode} ")',

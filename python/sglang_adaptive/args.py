@@ -145,7 +145,7 @@ def attach(server_args: Any, config: PolicyConfig) -> None:
 
 
 def get_config(server_args: Any) -> PolicyConfig:
-    """The policy of a ServerArgs; off when built without the CLI (Engine(...))."""
+    """The policy of a ServerArgs; off when none of the flags was given."""
     return getattr(server_args, ATTR, None) or PolicyConfig()
 
 
@@ -155,6 +155,33 @@ def get_config(server_args: Any) -> PolicyConfig:
 def after_add_cli_args(result, parser, *args, **kwargs):
     add_cli_args(parser)
     return result
+
+
+# The flags as keyword arguments of ServerArgs(...), which sglang.Engine(**kwargs) builds.
+FLAG_KWARGS = ("speculative_disable_batch_threshold", "speculative_switch_policy",
+               "speculative_switch_alternate_period")
+
+
+class _WithFlags:
+    """ServerArgs seen with this package's flags, as config_from_namespace reads a Namespace."""
+
+    def __init__(self, server_args, flags: dict):
+        self._server_args, self._flags = server_args, flags
+
+    def __getattr__(self, name):
+        return self._flags[name] if name in FLAG_KWARGS else getattr(self._server_args, name)
+
+
+def around_server_args_init(original, self, *args, **kwargs):
+    # ServerArgs(**kwargs) (the Engine API) would reject our flags: they are not
+    # dataclass fields. from_cli_args passes fields only and attaches its own config.
+    flags = {name: kwargs.pop(name) for name in FLAG_KWARGS if name in kwargs}
+    original(self, *args, **kwargs)
+    if flags:
+        config = config_from_namespace(_WithFlags(self, {n: flags.get(n) for n in FLAG_KWARGS}))
+        if config.enabled:
+            check_model_family(self, config)
+        attach(self, config)
 
 
 def around_from_cli_args(original, cls, args, *rest, **kwargs):

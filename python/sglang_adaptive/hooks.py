@@ -16,6 +16,8 @@ HOOKS: tuple[Hook, ...] = (
          args.after_add_cli_args),
     Hook("sglang.srt.server_args.ServerArgs.from_cli_args", "AROUND",
          args.around_from_cli_args),
+    # The same flags as keyword arguments: sglang.Engine(**kwargs) builds ServerArgs(**kwargs).
+    Hook("sglang.srt.server_args.ServerArgs.__init__", "AROUND", args.around_server_args_init),
     # Worker choice: AdaptiveEAGLEWorker for EAGLE/EAGLE3 when a policy is on.
     Hook("sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker", "AROUND",
          scheduler_hooks.around_create_worker),

@@ -141,3 +141,42 @@ def test_return_hidden_states_is_refused_with_eagle_not_eagle3(parse):
     # EAGLE-3 captures hidden states in its plain graphs: allowed; so is EAGLE without them.
     check_model_family(NS(speculative_algorithm="EAGLE3", enable_return_hidden_states=True), config, llama)
     check_model_family(NS(speculative_algorithm="EAGLE", enable_return_hidden_states=False), config, llama)
+
+
+# -- the Engine API: the same flags as ServerArgs keyword arguments ---------------
+
+
+def engine_kwargs(**extra):
+    from conftest import DRAFT
+
+    return dict(model_path=str(TARGET), device="cpu", load_format="dummy", speculative_algorithm="EAGLE3",
+                speculative_draft_model_path=str(DRAFT), speculative_num_steps=3, speculative_eagle_topk=1,
+                speculative_num_draft_tokens=4, **extra)
+
+
+def test_engine_keyword_arguments_carry_the_policy(plugins):
+    """sglang.Engine(**kwargs) builds ServerArgs(**kwargs) after loading the plugins."""
+    from sglang.srt.server_args import ServerArgs
+
+    server_args = ServerArgs(**engine_kwargs(speculative_disable_batch_threshold=5))
+    assert get_config(server_args) == PolicyConfig(policy="threshold", threshold=5)
+    assert get_config(pickle.loads(pickle.dumps(server_args))).threshold == 5
+    alternate = ServerArgs(**engine_kwargs(speculative_switch_policy="alternate",
+                                           speculative_switch_alternate_period=3))
+    assert get_config(alternate) == PolicyConfig(policy="alternate", alternate_period=3)
+    assert get_config(ServerArgs(**engine_kwargs())) == PolicyConfig()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (dict(speculative_disable_batch_threshold=5, speculative_switch_policy="alternate"),
+     "--speculative-disable-batch-threshold only applies to the threshold policy, not 'alternate'."),
+    (dict(speculative_disable_batch_threshold=5, speculative_eagle_topk=2),
+     "--speculative-switch-policy threshold supports --speculative-eagle-topk 1 only (chain drafts), got 2."),
+])
+def test_engine_keyword_arguments_are_validated_like_the_command_line(plugins, extra, message):
+    from sglang.srt.server_args import ServerArgs
+
+    kwargs = {**engine_kwargs(), **extra}
+    with pytest.raises(ConfigError) as err:
+        ServerArgs(**kwargs)
+    assert str(err.value) == "sglang_adaptive: " + message
