@@ -169,7 +169,7 @@ class _WithFlags:
         self._server_args, self._flags = server_args, flags
 
     def __getattr__(self, name):
-        return self._flags[name] if name in FLAG_KWARGS else getattr(self._server_args, name)
+        return self._flags.get(name) if name in FLAG_KWARGS else getattr(self._server_args, name)
 
 
 def around_server_args_init(original, self, *args, **kwargs):
@@ -178,7 +178,7 @@ def around_server_args_init(original, self, *args, **kwargs):
     flags = {name: kwargs.pop(name) for name in FLAG_KWARGS if name in kwargs}
     original(self, *args, **kwargs)
     if flags:
-        config = config_from_namespace(_WithFlags(self, {n: flags.get(n) for n in FLAG_KWARGS}))
+        config = config_from_namespace(_WithFlags(self, flags))
         if config.enabled:
             check_model_family(self, config)
         attach(self, config)

@@ -33,6 +33,20 @@ COMMON_ARGS = [
 ]
 
 
+def without_flags(args, flags) -> list:
+    """``args`` without the ``--flag value`` pairs of ``flags``."""
+    out, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in flags and i + 1 < len(args):
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
 def eagle3_args(draft, steps: int = 3) -> list[str]:
     return [
         "--speculative-algorithm", "EAGLE3",
@@ -233,6 +247,8 @@ TP_RANK_RE = re.compile(r"^\[[^\]]* TP(\d+)[\] ]")
 def _tp_rank(line: str) -> int:
     m = TP_RANK_RE.search(line)
     return int(m.group(1)) if m else 0
+
+
 # The scheduler's decode line: running requests, acceptance (logged by speculative
 # batches only; "" for the adaptive worker's plain ones), queued requests.
 DECODE_LINE_RE = re.compile(

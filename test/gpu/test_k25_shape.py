@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
-from suite import DEBUG_ENV, MAX_BS, assert_modes, collect, configs, require_gpu
+from suite import DEBUG_ENV, assert_modes, base_args, collect, configs, require_gpu
 
-from sglang_adaptive.testing import make_requests
+from sglang_adaptive.testing import make_requests, without_flags
 
 pytestmark = pytest.mark.gpu
 
@@ -47,13 +47,12 @@ PLAIN_GRAPH_LINE = re.compile(r"AdaptiveEAGLE plain DECODE set built: .*mem=([\d
 
 
 def base(backend: str, fusion: bool) -> list[str]:
-    # suite.base_args without COMMON_ARGS' triton backend: this pair picks its own.
-    return ["--attention-backend", backend, "--sampling-backend", "pytorch", "--grammar-backend", "none",
-            "--cuda-graph-backend-prefill", "disabled", "--mem-fraction-static", "0.6",
-            "--model-path", str(TARGET), "--load-format", "dummy", "--tp", str(TP),
-            "--max-total-tokens", "16000", "--context-length", "4096",
-            "--max-running-requests", str(MAX_BS), "--cuda-graph-max-bs", str(MAX_BS),
-            "--decode-log-interval", "1", "--skip-server-warmup",
+    # suite.base_args with this pair's own attention backend and a smaller memory
+    # fraction (three TP 2 servers share each GPU).
+    common = without_flags(base_args("--model-path", str(TARGET), "--load-format", "dummy", "--tp", str(TP),
+                                     "--max-total-tokens", "16000", "--context-length", "4096"),
+                           ("--attention-backend", "--mem-fraction-static"))
+    return ["--attention-backend", backend, "--mem-fraction-static", "0.6", *common,
             *(USERS_FLAGS if fusion else NO_FUSION_FLAGS)]
 
 

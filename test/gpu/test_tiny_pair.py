@@ -104,6 +104,11 @@ def gpu_mutants(config) -> list[str]:
     return [m.name for m in mutant_registry.by_name(gpu=True) if m.name != ADMISSION_MUTANT]
 
 
+def with_mutant(env: dict, planted: Path) -> dict:
+    """A configuration's environment with the planted package first on PYTHONPATH."""
+    return {**env, "PYTHONPATH": mutant_registry.env_with(planted)["PYTHONPATH"]}
+
+
 @pytest.fixture(scope="module")
 def runs(request, tmp_path_factory):
     # Real weights: SGLang's own loader, no --load-format dummy. 1024-token context,
@@ -146,12 +151,11 @@ def runs(request, tmp_path_factory):
         for config in MUTANT_CONFIGS:
             args, env, load = table[config]
             label = config + MUTANT_SEP + name
-            table[label] = (args, {**env, "PYTHONPATH": mutant_registry.env_with(planted[name])["PYTHONPATH"]}, load)
+            table[label] = (args, with_mutant(env, planted[name]), load)
             references[label] = references[config]
     args, env, load = table["admission-threshold-0"]
     adm_mutant = "admission-threshold-0" + MUTANT_SEP + ADMISSION_MUTANT
-    table[adm_mutant] = (args, {**env, "PYTHONPATH": mutant_registry.env_with(planted[ADMISSION_MUTANT])["PYTHONPATH"]},
-                         load)
+    table[adm_mutant] = (args, with_mutant(env, planted[ADMISSION_MUTANT]), load)
     requests_for[adm_mutant] = adm_reqs
 
     return collect("tiny-pair", table, text_requests(NUM), references=references,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_adaptive.testing import COMMON_ARGS, eagle3_args
+from sglang_adaptive.testing import COMMON_ARGS, eagle3_args, without_flags
 
 REPO = Path(__file__).resolve().parents[3]
 MODELS = REPO / "benchmark" / "models"
@@ -74,20 +74,6 @@ class ServerConfig:
     def command(self) -> str:
         env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
         return " ".join(filter(None, [env, "python -m sglang.launch_server", *map(str, self.args)]))
-
-
-def without_flags(args, flags) -> list:
-    """``args`` without the ``--flag value`` pairs of ``flags``."""
-    out, skip = [], False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg in flags and i + 1 < len(args):
-            skip = True
-            continue
-        out.append(arg)
-    return out
 
 
 def common_args(pair: Pair, max_bs: int) -> list:
