@@ -18,6 +18,12 @@
 #               EAGLE-3 and adaptive (about 6 minutes)
 #        train  test/fixtures/train_tiny_pair.py with its GPU defaults, timed; runs
 #               beside the next step (its time is then an upper bound)
+#        trainmla  test/fixtures/train_tiny_mla_pair.py on the GPU into test/fixtures/tiny-mla-pair,
+#               then tinymla; both beside the next steps
+#        tinymla  the MLA pair's fp32 equality suite at TP 1 (and TP 2 with 2 GPUs)
+#        quick  the tiny pair's fp32 equality for the switching configurations and goodput only
+#        hosttime  scheduler host time per decode iteration (sglang_adaptive.hosttime): the k25
+#               pair at K25_TP (default 2), no-spec against always-plain, closed loop 8, 32, 128
 #
 # usage, after `source .gpu-bundle/gpu/setup-host.sh`:
 #   scripts/gpu-host-run.sh start train tiny dummy bench && scripts/gpu-host-run.sh wait 540
@@ -45,9 +51,30 @@ if [ "$cmd" = start ]; then
             local rc=$?  # before any $(...) below resets it
             echo "$(date +%T) end $name rc=$rc after $((SECONDS - t0)) s" >>"$W/progress.log"
         }
+        tinymla() {
+            step tinymla env ADAPTIVE_GPU_PARALLEL=6 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=32000 \
+                python -m pytest -m gpu \
+                test/gpu/test_tiny_mla_pair.py -v -p no:cacheprovider
+        }
         for s in '"$*"'; do
             case "$s" in
             train) step train python test/fixtures/train_tiny_pair.py --out "$W/train/pair" & ;;
+            trainmla) { step trainmla python test/fixtures/train_tiny_mla_pair.py --device cuda \
+                        --out test/fixtures/tiny-mla-pair; tinymla; } & ;;
+            tinymla) tinymla ;;
+            quick) step quick env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 \
+                        ADAPTIVE_GPU_ONLY=plain-fp32,alternate-1-fp32,alternate-7-fp32,threshold-8-ramp-fp32,threshold-0-fp32,goodput-fp32 \
+                        python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider \
+                        -k "fp32 and not eagle3 and not bf16" ;;
+            hosttime) for c in plain adaptive-threshold; do
+                        step "hosttime-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/hosttime-$c/timing" \
+                            python -m sglang_adaptive.bench --pair k25 --tp "${K25_TP:-2}" --threshold 0 \
+                            --configs "$c" --closed 8,32,128 --requests-per-client 2 --rates "" --phases "" \
+                            --out "$W/hosttime-$c"
+                      done
+                      step hosttime python benchmark/hosttime_report.py --bucket decode-8 --bucket decode-32 \
+                          --bucket decode-128 --json "$W/hosttime/hosttime.json" \
+                          plain="$W/hosttime-plain/timing" adaptive="$W/hosttime-adaptive-threshold/timing" ;;
             tiny) step tiny env ADAPTIVE_GPU_PARALLEL=10 ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider --mutants ;;
             dummy) step dummy env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_adaptive_worker.py -v -p no:cacheprovider ;;
             k25) step k25 env ADAPTIVE_GPU_PARALLEL=3 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_REQUIRE_TP2=1 python -m pytest -m gpu test/gpu/test_k25_shape.py -v -p no:cacheprovider ;;

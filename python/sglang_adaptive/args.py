@@ -52,8 +52,18 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="How each decode batch picks speculative or plain decode. "
         "'off': always speculate with the upstream EAGLE worker; "
         "'threshold': see --speculative-disable-batch-threshold; "
+        "'goodput': per batch, the mode with the higher predicted output tokens/s, from "
+        "step times measured while serving and the measured acceptance (no number to set); "
         "'alternate': testing only, switch every --speculative-switch-alternate-period "
         "steps. Default: 'threshold' when a threshold is given, else 'off'.",
+    )
+    group.add_argument(
+        "--speculative-cost-table-path",
+        default=None,
+        metavar="PATH",
+        help="With a switching policy: keep the measured step-cost table (seconds per "
+        "decode step by mode and batch size) and, for the goodput policy, its "
+        "acceptance estimate in this JSON file, rewritten as it changes.",
     )
     group.add_argument(
         "--speculative-switch-alternate-period",
@@ -74,6 +84,7 @@ def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
     threshold = getattr(ns, "speculative_disable_batch_threshold", None)
     policy = getattr(ns, "speculative_switch_policy", None)
     period = getattr(ns, "speculative_switch_alternate_period", None)
+    cost_table_path = getattr(ns, "speculative_cost_table_path", None)
 
     if threshold is not None and threshold < 0:
         _fail(f"--speculative-disable-batch-threshold must be >= 0, got {threshold}.")
@@ -88,7 +99,11 @@ def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
     if policy != POLICY_ALTERNATE and period is not None:
         _fail("--speculative-switch-alternate-period only applies to --speculative-switch-policy alternate.")
 
-    config = PolicyConfig(policy=policy, threshold=threshold, alternate_period=period or 1)
+    if policy == POLICY_OFF and cost_table_path is not None:
+        _fail("--speculative-cost-table-path needs a switching policy (--speculative-switch-policy).")
+
+    config = PolicyConfig(policy=policy, threshold=threshold, alternate_period=period or 1,
+                          cost_table_path=cost_table_path)
     if config.enabled:
         check_combination(ns, config)
     return config
@@ -159,7 +174,7 @@ def after_add_cli_args(result, parser, *args, **kwargs):
 
 # The flags as keyword arguments of ServerArgs(...), which sglang.Engine(**kwargs) builds.
 FLAG_KWARGS = ("speculative_disable_batch_threshold", "speculative_switch_policy",
-               "speculative_switch_alternate_period")
+               "speculative_switch_alternate_period", "speculative_cost_table_path")
 
 
 class _WithFlags:

@@ -10,10 +10,16 @@ No torch or SGLang import: everything here is bookkeeping on Python ints.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import time
 from dataclasses import dataclass
+from collections.abc import Callable
 
+from sglang_adaptive.costs import StepCosts
 from sglang_adaptive.policy import ModePolicy, plain_kv_reserve
+from sglang_adaptive.telemetry import NoTelemetry
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +86,10 @@ class ModeController:
         """None: keep upstream's reserve (2 x alloc_len)."""
         return None
 
-    def on_prepare(self, speculative: bool) -> None:
+    def on_prepare(self, speculative: bool, batch_size: int = 0, forward_iter: int | None = None) -> None:
+        pass
+
+    def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         pass
 
     def audit_kv(self, reqs) -> None:
@@ -97,6 +106,11 @@ class AdaptiveModeController(ModeController):
         spec_width: int,
         log_interval: int = 0,
         audit_kv: bool = False,
+        share: Callable[[dict], dict] | None = None,
+        sync_every: int = 32,
+        cost_table_path: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        telemetry: NoTelemetry | None = None,
     ):
         super().__init__(policy)
         self.spec_width = spec_width
@@ -105,6 +119,17 @@ class AdaptiveModeController(ModeController):
         # Before the first decode only prefills have run: nothing writes past the
         # committed length, so the narrow width is safe.
         self.last_decode_width = 1
+        # Step costs: this rank's samples; the policy sees what ``share`` returns
+        # (rank 0's table on every rank), every ``sync_every`` decode batches.
+        self.costs = StepCosts()
+        self.share = share or (lambda table: table)
+        self.sync_every = sync_every
+        self.cost_table_path = cost_table_path
+        self.clock = clock
+        self._last_prepare: tuple | None = None  # (time, speculative, batch size, forward_iter)
+        self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
+        self._synced_buckets = 0
+        self.telemetry = telemetry or NoTelemetry()
 
     def speculate(self, batch_size: int, has_grammar: bool = False) -> bool:
         # The plain path does not apply grammar masks: such batches stay speculative.
@@ -115,19 +140,79 @@ class AdaptiveModeController(ModeController):
             return None
         return plain_kv_reserve(self.last_decode_width, overlap)
 
-    def on_prepare(self, speculative: bool) -> None:
+    def on_prepare(self, speculative: bool, batch_size: int = 0, forward_iter: int | None = None) -> None:
+        self._time_step(speculative, batch_size, forward_iter)
+        self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
         self.policy.on_launch(speculative)
         self.last_decode_width = self.spec_width if speculative else 1
         self.stats.record(speculative)
         total = self.stats.spec_batches + self.stats.plain_batches
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())
+        if self.sync_every and total % self.sync_every == 0:
+            self.sync()
+
+    def _time_step(self, speculative: bool, batch_size: int, forward_iter: int | None) -> None:
+        """File the wall time from the previous decode prepare to this one under the
+        previous batch's mode and size, once it is known to hold that batch only.
+
+        ``forward_iter`` (the scheduler's forward count at this batch's previous
+        launch) moves by 1 between two decode batches with nothing in between; a
+        larger step shows that another batch (a prefill) ran after the one before,
+        i.e. inside the interval that ended at the previous prepare.
+        """
+        now = self.clock()
+        last, pending = self._last_prepare, self._pending
+        self._pending = None
+        if last is not None and forward_iter is not None and last[3] is not None:
+            clean = forward_iter - last[3] == 1
+            if pending is not None and clean:
+                self.costs.add(*pending)
+                self.telemetry.on_step_time(pending[0], pending[2])
+            self._pending = (last[1], last[2], now - last[0])
+        self._last_prepare = (now, speculative, batch_size, forward_iter)
+
+    def sync(self) -> None:
+        """Share rank 0's step-cost table with every rank and hand it to the policy.
+        Called at the same decode batch on every rank (a collective under TP)."""
+        table = self.share(self.costs.table())
+        self.policy.set_costs(table)
+        buckets = sum(len(v) for v in table.values())
+        if buckets != self._synced_buckets:
+            self._synced_buckets = buckets
+            logger.info("AdaptiveEAGLE step costs (ms): %s", format_costs(table))
+        if self.cost_table_path:
+            write_cost_table(self.cost_table_path, table, self.policy)
+
+    def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
+        self.policy.on_verify(num_correct_drafts_per_req)
+        n = len(num_correct_drafts_per_req)
+        self.telemetry.on_verify(n, n + sum(num_correct_drafts_per_req))
 
     def audit_kv(self, reqs) -> None:
         if not self.audit_enabled:
             return
         reserve = max((r.kv.kv_allocated_len - r.kv_committed_len for r in reqs), default=0)
         self.stats.max_plain_reserve = max(self.stats.max_plain_reserve, reserve)
+
+
+def format_costs(table: dict) -> str:
+    return "; ".join(f"{mode} " + ", ".join(f"{b}:{1e3 * t:.2f}" for b, t in sorted(by.items()))
+                     for mode, by in table.items())
+
+
+def write_cost_table(path: str, table: dict, policy: ModePolicy) -> None:
+    """The table the policy decides with (and its acceptance, if it keeps one) as JSON."""
+    doc = {"seconds_per_step": {mode: {str(b): t for b, t in sorted(by.items())} for mode, by in table.items()},
+           "policy": policy.describe()}
+    acceptance = getattr(policy, "acceptance", None)
+    if acceptance is not None:
+        doc["acceptance_per_position"] = acceptance.rates()
+        doc["expected_tokens_per_step"] = acceptance.expected_tokens()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
 
 
 _current: ModeController = ModeController()

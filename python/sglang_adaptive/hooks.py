@@ -33,6 +33,12 @@ HOOKS: tuple[Hook, ...] = (
     # element; plain batches take this path too, a plain server's does not.
     Hook("sglang.srt.mem_cache.allocation.alloc_for_spec_decode", "AROUND",
          scheduler_hooks.around_alloc_for_spec_decode),
+    # FutureMap relay: a plain batch moves its bonus token only; the draft extras
+    # stay in their buffers untouched (gathering and stashing them back is an identity).
+    Hook("sglang.srt.managers.overlap_utils.FutureMap._resolve_spec_extras", "AROUND",
+         scheduler_hooks.around_resolve_spec_extras),
+    Hook("sglang.srt.managers.scheduler.Scheduler._relay_forward_payload", "AROUND",
+         scheduler_hooks.around_relay_forward_payload),
     # Results: a plain result is processed as a plain decode result.
     Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
          "SchedulerBatchResultProcessor.process_batch_result_decode", "AROUND",

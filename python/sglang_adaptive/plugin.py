@@ -28,6 +28,9 @@ def _apply_hooks_then_verify(original):
                 f"sglang_adaptive could not register its hooks: {_register_error}"
             ) from _register_error
         upstream.verify(_registered)
+        from sglang_adaptive import hosttime
+
+        hosttime.maybe_install()
 
     apply_hooks._sglang_adaptive_verifies = True
     return apply_hooks

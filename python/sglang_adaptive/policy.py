@@ -9,18 +9,22 @@ agree, or the KV reserve that was checked differs from the one allocated. The
 state only moves in ``on_launch``.
 
 Every TP rank runs its own scheduler and policy; the inputs used here (batch size,
-number of launched steps) are identical on all ranks, so the ranks agree without
-communication. A policy that reads timings must broadcast its decision instead.
+number of launched steps, verify results) are identical on all ranks, so the ranks
+agree without communication. Timings are not: the goodput policy only reads the
+step-cost table rank 0 shares with every rank (``set_costs``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sglang_adaptive import costs
+
 POLICY_OFF = "off"
 POLICY_THRESHOLD = "threshold"
 POLICY_ALTERNATE = "alternate"
-POLICY_CHOICES = (POLICY_OFF, POLICY_THRESHOLD, POLICY_ALTERNATE)
+POLICY_GOODPUT = "goodput"
+POLICY_CHOICES = (POLICY_OFF, POLICY_THRESHOLD, POLICY_ALTERNATE, POLICY_GOODPUT)
 
 
 class ModePolicy:
@@ -33,6 +37,13 @@ class ModePolicy:
 
     def on_launch(self, speculative: bool) -> None:
         pass
+
+    def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
+        """Accepted draft tokens of each request of a speculative batch (upstream's
+        ``on_verify_complete_cpu`` feed); only the goodput policy reads them."""
+
+    def set_costs(self, table: dict) -> None:
+        """The step-cost table shared by rank 0; only the goodput policy reads it."""
 
     def describe(self) -> str:
         return self.name
@@ -80,6 +91,116 @@ class AlternatePolicy(ModePolicy):
         return f"alternate(every {self.period} decode steps, testing only)"
 
 
+class AcceptanceEstimator:
+    """Acceptance of chain drafts (topk 1) per draft position, old evidence decaying.
+
+    Position i (0-based) is reached by a request whose verify accepted at least i
+    drafts and accepted when it accepted at least i + 1; the expected tokens of a
+    speculative step per request follow as 1 + sum over i of the product of the
+    conditional rates up to i. Evidence ages with launched steps (half-life
+    ``half_life`` steps), speculative or not, so after a plain stretch a probe's
+    fresh verify outweighs what came before it.
+    """
+
+    def __init__(self, num_steps: int, half_life: float = 64.0, prior_rate: float = 0.5):
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        self.k, self.half_life = num_steps, half_life
+        # One pseudo-request at prior_rate per position: defined before any verify.
+        self.reached = [1.0] * num_steps
+        self.accepted = [prior_rate] * num_steps
+        self._aged_at = 0
+
+    def update(self, num_correct: list[int], step: int) -> None:
+        if not num_correct:
+            return
+        factor = 0.5 ** ((step - self._aged_at) / self.half_life)
+        self._aged_at = step
+        # k + 1 passes of list.count (C loops), not a Python loop over requests.
+        at_least = len(num_correct)
+        for i in range(self.k):
+            reached = at_least
+            at_least -= num_correct.count(i)
+            self.reached[i] = self.reached[i] * factor + reached
+            self.accepted[i] = self.accepted[i] * factor + at_least
+
+    def rates(self) -> list[float]:
+        return [a / r for a, r in zip(self.accepted, self.reached)]
+
+    def expected_tokens(self) -> float:
+        total, chain = 1.0, 1.0
+        for rate in self.rates():
+            chain *= rate
+            total += chain
+        return total
+
+
+class GoodputPolicy(ModePolicy):
+    """Per batch, the mode with the higher predicted output tokens per second.
+
+    Predicted per request: plain 1 / T_plain(bs); speculative E / T_spec(bs), with
+    E the expected tokens per speculative step (``AcceptanceEstimator``) and T the
+    step times of the shared cost table (``costs``). No hand-set number decides:
+    - a mode without a measured step time near this batch size (within a factor 2)
+      is run, so that it gets one;
+    - after ``probe_every`` plain steps in a row one speculative step runs, so the
+      acceptance estimate stays fresh while plain (1% of steps by default);
+    - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
+      predict alike do not flap.
+    """
+
+    name = POLICY_GOODPUT
+
+    def __init__(self, num_steps: int, *, probe_every: int = 100, hysteresis: float = 0.05,
+                 half_life: float = 64.0):
+        self.acceptance = AcceptanceEstimator(num_steps, half_life=half_life)
+        self.probe_every, self.hysteresis = probe_every, hysteresis
+        self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}}
+        self._launched = 0
+        self._plain_run = 0
+        self._last: bool | None = None
+
+    def set_costs(self, table: dict) -> None:
+        self.costs = {costs.PLAIN: dict(table.get(costs.PLAIN, {})), costs.SPEC: dict(table.get(costs.SPEC, {}))}
+
+    def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
+        self.acceptance.update(num_correct_drafts_per_req, self._launched)
+
+    def on_launch(self, speculative: bool) -> None:
+        self._launched += 1
+        self._plain_run = 0 if speculative else self._plain_run + 1
+        self._last = speculative
+
+    @staticmethod
+    def _measured_near(by_bucket: dict, batch_size: int) -> bool:
+        return any(batch_size / 2 <= b <= 2 * batch_size for b in by_bucket)
+
+    def predicted(self, batch_size: int) -> tuple[float, float] | None:
+        """(plain, speculative) predicted tokens per second per request; None while a
+        mode has no step time near this batch size."""
+        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size)
+        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size)
+        if t_plain is None or t_spec is None:
+            return None
+        return 1.0 / t_plain, self.acceptance.expected_tokens() / t_spec
+
+    def speculate(self, batch_size: int) -> bool:
+        if not self._measured_near(self.costs[costs.SPEC], batch_size):
+            return True
+        if not self._measured_near(self.costs[costs.PLAIN], batch_size):
+            return False
+        if self._plain_run >= self.probe_every:
+            return True
+        plain, spec = self.predicted(batch_size)
+        if self._last:  # speculating: stay unless plain is clearly better
+            return spec >= plain * (1 - self.hysteresis)
+        return spec > plain * (1 + self.hysteresis)
+
+    def describe(self) -> str:
+        return (f"goodput(measured step costs, acceptance over {self.acceptance.k} draft positions, "
+                f"probe every {self.probe_every} plain steps, hysteresis {self.hysteresis:.0%})")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """What the server flags say; validated in ``args.py``."""
@@ -87,24 +208,27 @@ class PolicyConfig:
     policy: str = POLICY_OFF
     threshold: int | None = None
     alternate_period: int = 1
+    cost_table_path: str | None = None
 
     @property
     def enabled(self) -> bool:
         return self.policy != POLICY_OFF
 
 
-def make_policy(config: PolicyConfig) -> ModePolicy:
+def make_policy(config: PolicyConfig, num_steps: int = 1) -> ModePolicy:
     """The policy of an enabled config. With 'off' no adaptive worker is built, so
-    there is no policy to make."""
+    there is no policy to make. ``num_steps``: draft steps per speculative step."""
     if config.policy == POLICY_THRESHOLD:
         if config.threshold is None:
             raise ValueError("the threshold policy needs a threshold")
         return ThresholdPolicy(config.threshold)
     if config.policy == POLICY_ALTERNATE:
         return AlternatePolicy(config.alternate_period)
+    if config.policy == POLICY_GOODPUT:
+        return GoodputPolicy(num_steps)
     raise ValueError(
         f"no switching policy for {config.policy!r}; "
-        f"choose {POLICY_THRESHOLD!r} or {POLICY_ALTERNATE!r}"
+        f"choose {POLICY_THRESHOLD!r}, {POLICY_GOODPUT!r} or {POLICY_ALTERNATE!r}"
     )
 
 

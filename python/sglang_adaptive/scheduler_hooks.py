@@ -61,7 +61,7 @@ def around_prepare_for_decode(original, self):
     setattr(self, ctl.BATCH_FLAG, speculative)
     with _reserve(controller.kv_reserve(speculative, self.enable_overlap)):
         original(self)
-    controller.on_prepare(speculative)
+    controller.on_prepare(speculative, len(self.reqs), self.forward_iter)
     if not speculative:
         controller.audit_kv(self.reqs)
 
@@ -75,6 +75,46 @@ def around_alloc_for_spec_decode(original, tree_cache, req_to_token_pool, *, nxt
     if ctl.current().active and tree_cache.token_to_kv_pool_allocator.page_size == 1:
         nxt_kv_lens_cpu = nxt_kv_lens_cpu.tolist()
     return original(tree_cache, req_to_token_pool, nxt_kv_lens_cpu=nxt_kv_lens_cpu, **kwargs)
+
+
+@contextlib.contextmanager
+def _bonus_tokens_only(future_map):
+    """Let only the bonus token through the FutureMap while the block runs.
+
+    A plain step reads no draft state and passes on the one it got, so gathering
+    the draft extras (top-k, hidden states) for a plain batch and stashing them back
+    after it writes each request's rows with their own values: skipping both leaves
+    the buffers exactly as they were and saves their host launches on every plain
+    step (about 0.3 ms at 128 requests).
+    """
+    if not future_map._forward_buf_initialized:  # the first stash sizes the buffers
+        yield
+        return
+    saved = future_map.need_topk, future_map.need_hidden_states
+    future_map.need_topk = future_map.need_hidden_states = False
+    try:
+        yield
+    finally:
+        future_map.need_topk, future_map.need_hidden_states = saved
+
+
+def around_resolve_spec_extras(original, self, batch):
+    if getattr(batch, ctl.BATCH_FLAG, True):
+        return original(self, batch)
+    with _bonus_tokens_only(self):
+        return original(self, batch)
+
+
+def around_relay_forward_payload(original, self, future_indices, batch_result):
+    if not getattr(batch_result, ctl.RESULT_FLAG, False):
+        return original(self, future_indices, batch_result)
+    # Without a draft input upstream relays the sampled tokens alone.
+    draft_input, batch_result.next_draft_input = batch_result.next_draft_input, None
+    try:
+        with _bonus_tokens_only(self.future_map):
+            return original(self, future_indices, batch_result)
+    finally:
+        batch_result.next_draft_input = draft_input
 
 
 def around_process_batch_result_decode(original, self, batch, result):

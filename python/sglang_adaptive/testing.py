@@ -117,6 +117,23 @@ class Server:
         except OSError:
             return ""
 
+    def settle(self, quiet: float = 1.0, limit: float = 10.0) -> None:
+        """Wait until the log has not grown for ``quiet`` seconds (at most ``limit``).
+
+        The last response reaches the client while the overlap scheduler may still
+        run or log the batch it launched after it; stopping then drops that batch's
+        lines, and a log-based count (graph replays against mode counters) comes up
+        one short.
+        """
+        deadline, size, since = time.time() + limit, -1, time.time()
+        while time.time() < deadline:
+            now = self.log_path.stat().st_size if self.log_path.exists() else 0
+            if now != size:
+                size, since = now, time.time()
+            elif time.time() - since >= quiet:
+                return
+            time.sleep(0.1)
+
     def stop(self) -> None:
         if self.proc is None:
             return
@@ -346,6 +363,9 @@ class Run:
         return tokens / verifies if verifies else float("nan")
 
 
+PORT_BASE_ENV = "ADAPTIVE_GPU_PORT_BASE"
+
+
 def run_configs(configs: dict, reqs: list[dict], parallel: int | None = None,
                 requests_for: dict | None = None) -> dict[str, Run]:
     """Start each ``label -> (server args, env, concurrency)`` and send it ``reqs``
@@ -358,14 +378,18 @@ def run_configs(configs: dict, reqs: list[dict], parallel: int | None = None,
     """
     if parallel is None:
         parallel = int(os.environ.get("ADAPTIVE_GPU_PARALLEL", "1"))
+    # Suites run side by side on one host need disjoint ports (HTTP port, and +5 for
+    # torch.distributed's rendezvous).
+    port_base = int(os.environ.get(PORT_BASE_ENV, "30000"))
 
     def one(index: int, label: str) -> Run:
         args, env, concurrency = configs[label]
-        srv = Server(label, args, env, port=30000 + 10 * index)
+        srv = Server(label, args, env, port=port_base + 10 * index)
         results, error = None, None
         try:
             srv.start()
             results = generate(srv.url, (requests_for or {}).get(label, reqs), concurrency)
+            srv.settle()
         except Exception as e:  # recorded; the tests that need this run fail on it
             error = str(e)[-4000:]
         finally:

@@ -59,6 +59,8 @@ SYMBOLS: dict[str, str] = {
     "HookType": "sglang.srt.plugins.hook_registry.HookType",
     "ServerArgs": "sglang.srt.server_args.ServerArgs",
     "Scheduler": "sglang.srt.managers.scheduler.Scheduler",
+    "FutureMap": "sglang.srt.managers.overlap_utils.FutureMap",
+    "GroupCoordinator": "sglang.srt.distributed.parallel_state.GroupCoordinator",
     "SchedulerMetricsReporter": "sglang.srt.managers.scheduler_components.metrics_reporter.SchedulerMetricsReporter",
     "ScheduleBatch": "sglang.srt.managers.schedule_batch.ScheduleBatch",
     "Req": "sglang.srt.managers.schedule_batch.Req",
@@ -75,6 +77,8 @@ ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("EAGLEWorkerV2", "init_cuda_graphs"),
     ("EAGLEWorkerV2", "war_fastpath_runner"),
     ("EAGLEWorkerV2", "spec_v2_attn_backends"),
+    ("EAGLEWorkerV2", "on_verify_complete_cpu"),
+    ("GroupCoordinator", "broadcast_object"),
     ("TpModelWorker", "forward_batch_generation"),
     ("TpModelWorker", "model_runner"),
     ("ForwardBatch", "init_new"),
@@ -102,7 +106,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "ScheduleBatch": (
         "reqs", "spec_algorithm", "spec_info", "forward_mode", "is_extend_in_batch",
         "has_grammar", "enable_overlap", "input_ids", "out_cache_loc", "req_pool_indices",
-        "seq_lens", "seq_lens_cpu", "seq_lens_sum",
+        "seq_lens", "seq_lens_cpu", "seq_lens_sum", "forward_iter",
     ),
     "GenerationBatchResult": (
         "next_token_ids", "next_draft_input", "new_seq_lens", "accept_lens",
@@ -136,6 +140,12 @@ ASSIGNED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("Req", "kv"),
     ("SchedulerMetricsReporter", "spec_num_forward_ct"),
     ("Scheduler", "spec_algorithm"),
+    ("Scheduler", "future_map"),
+    # Toggled by scheduler_hooks._bonus_tokens_only around a plain batch's relay.
+    ("FutureMap", "need_topk"),
+    ("FutureMap", "need_hidden_states"),
+    ("FutureMap", "_forward_buf_initialized"),
+    ("GroupCoordinator", "rank_in_group"),
     ("EAGLEWorkerV2", "req_to_token_pool"),
     ("EagleDraftWorker", "draft_runner"),
     ("ReqToTokenPool", "req_to_token"),
@@ -151,6 +161,8 @@ ASSIGNED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
 
 # Instance attributes set in upstream constructors; checked on the live objects
 # (the worker after EAGLEWorkerV2.__init__, the target runner before capture).
+# The target runner's TP group: the worker shares the step-cost table through it.
+TARGET_RUNNER_ATTRIBUTES = ("tp_group",)
 WORKER_ATTRIBUTES = (
     "_target_worker", "_draft_worker", "speculative_algorithm", "speculative_num_steps",
     "speculative_num_draft_tokens", "topk", "device", "gpu_id",
@@ -166,6 +178,11 @@ MODEL_RUNNER_ATTRIBUTES = (
 # overrides: a rename would otherwise fail only at the first call. Checked on the
 # signature (``inspect.signature`` follows hook wrappers to the original).
 PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("sglang.srt.managers.overlap_utils.FutureMap._resolve_spec_extras", ("batch",)),
+    ("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.on_verify_complete_cpu",
+     ("num_correct_drafts_per_req", "batch_size")),
+    ("sglang.srt.distributed.parallel_state.GroupCoordinator.broadcast_object", ("obj", "src")),
+    ("sglang.srt.managers.scheduler.Scheduler._relay_forward_payload", ("future_indices", "batch_result")),
     ("sglang.srt.mem_cache.allocation.alloc_for_spec_decode",
      ("tree_cache", "req_to_token_pool", "nxt_kv_lens_cpu")),
     ("sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",

@@ -27,7 +27,7 @@ import os
 
 import torch
 
-from sglang_adaptive import controller as ctl, upstream
+from sglang_adaptive import controller as ctl, telemetry, upstream
 from sglang_adaptive.args import get_config
 from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, installed
 from sglang_adaptive.policy import make_policy
@@ -43,11 +43,18 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         super().__init__(server_args, gpu_id, ps, nccl_port, target_worker)
         upstream.check_instance(self, upstream.WORKER_ATTRIBUTES, "EAGLEWorkerV2 instance")
         config = get_config(server_args)
+        runner = self._target_worker.model_runner
+        upstream.check_instance(runner, upstream.TARGET_RUNNER_ATTRIBUTES, "target ModelRunner instance")
+        tp_group = runner.tp_group
         self.controller = ctl.AdaptiveModeController(
-            make_policy(config),
+            make_policy(config, num_steps=self.speculative_num_steps),
             spec_width=up.get_alloc_len_per_decode(server_args),
             log_interval=server_args.decode_log_interval,
             audit_kv=os.environ.get(AUDIT_KV_ENV, "0") == "1",
+            # Rank 0's step costs on every rank: the ranks must decide alike.
+            share=lambda table: tp_group.broadcast_object(table, src=0),
+            cost_table_path=config.cost_table_path if tp_group.rank_in_group == 0 else None,
+            telemetry=telemetry.make_telemetry(server_args, tp_group.rank_in_group),
         )
         ctl.install(self.controller)
         # EAGLE-3 drafts from the target's packed aux hidden states; keep the plain
@@ -96,6 +103,12 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
     def spec_v2_attn_backends(self) -> tuple:
         plain = (self._plain_state.attn_backend,) if self._plain_state is not None else ()
         return super().spec_v2_attn_backends + plain
+
+    def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size=0):
+        # Upstream's acceptance feed, called in result processing of every
+        # speculative batch with the accepted drafts per request already on the host.
+        self.controller.on_verify(num_correct_drafts_per_req)
+        super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)
 
     # -- forward --------------------------------------------------------------
 

@@ -24,9 +24,11 @@ import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
 from suite import (
     ADAPTIVE,
+    GOODPUT,
     DEBUG_ENV,
     LABELS,
     MUTANT_SEP,
+    ONLY_ENV,
     assert_modes,
     base_args,
     base_label,
@@ -116,14 +118,15 @@ def runs(request, tmp_path_factory):
     base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000")
     table = configs(base, PAIR / "eagle3")
     table["plain-2"] = table["plain"]  # a second no-spec server: the bf16 noise
-    references = {label: "plain" for label in LABELS if label != "plain"}
+    table.update(configs(base, PAIR / "eagle3", labels=(GOODPUT,)))
+    references = {label: "plain" for label in (*LABELS, GOODPUT) if label != "plain"}
     # fp32 with IEEE arithmetic is where equality is exact. Deterministic inference is
     # what lets fp32 start at all (SGLang's CUDA rmsnorm has no fp32 kernel, its
     # batch-invariant path does); Triton's dots round fp32 inputs to TF32 unless
     # TRITON_F32_DEFAULT=ieee (own kernel cache: the choice is made at compile time).
     fp32 = base + ["--dtype", "float32", "--enable-deterministic-inference"]
     env32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
-    for label, entry in configs(fp32, PAIR / "eagle3", env=env32).items():
+    for label, entry in configs(fp32, PAIR / "eagle3", labels=(*LABELS, GOODPUT), env=env32).items():
         table[label + FP32] = entry
         if label != "plain":
             references[label + FP32] = "plain" + FP32
@@ -168,7 +171,10 @@ def assert_same_outputs(ref, got):
 
 
 def min_accept(label: str) -> float:
-    return MIN_ACCEPT_COLD_DRAFT if base_label(label).startswith("alternate-1") else MIN_ACCEPT
+    # The goodput policy's speculative batches after a plain stretch (its probes, its
+    # returns) draft cold too.
+    cold = base_label(label).startswith(("alternate-1", GOODPUT))
+    return MIN_ACCEPT_COLD_DRAFT if cold else MIN_ACCEPT
 
 
 @pytest.mark.parametrize("label", ["eagle3", "eagle3" + FP32])
@@ -176,11 +182,13 @@ def test_static_eagle3_accepts_at_least_two_tokens_per_verify(runs, label):
     assert runs[label].check().accept_length() >= MIN_ACCEPT
 
 
-@pytest.mark.parametrize("label", [x + FP32 for x in LABELS if x != "plain"])
+@pytest.mark.parametrize("label", [x + FP32 for x in (*LABELS, GOODPUT) if x != "plain"])
 def test_greedy_tokens_equal_plain_server_token_for_token_in_fp32(runs, label):
+    if label not in runs:
+        pytest.skip(f"{label} is not served in this run ({ONLY_ENV})")
     ref, got = runs["plain" + FP32].check(), runs[label].check()
     mode = label[: -len(FP32)]
-    if mode in ADAPTIVE:
+    if mode in (*ADAPTIVE, GOODPUT):
         stats = assert_modes(mode, got)
         if stats["spec"]:
             assert got.spec_accept_length() >= min_accept(mode), got.spec_accept_length()
@@ -215,7 +223,7 @@ def bf16_violations(runs, label: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("label", ADAPTIVE)
+@pytest.mark.parametrize("label", (*ADAPTIVE, GOODPUT))
 def test_bf16_divergences_stay_within_the_noise_of_upstream_paths(runs, label):
     assert_modes(label, runs[label])
     found = bf16_violations(runs, label)

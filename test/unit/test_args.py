@@ -15,6 +15,8 @@ from sglang_adaptive.policy import PolicyConfig
     [
         (eagle3_argv("--speculative-disable-batch-threshold", "-1"),
          "--speculative-disable-batch-threshold must be >= 0, got -1."),
+        (eagle3_argv("--speculative-cost-table-path", "/tmp/costs.json"),
+         "--speculative-cost-table-path needs a switching policy (--speculative-switch-policy)."),
         (["--device", "cpu", "--model-path", str(TARGET), "--speculative-disable-batch-threshold", "8"],
          "--speculative-switch-policy threshold needs --speculative-algorithm EAGLE or EAGLE3, got none."),
         (["--device", "cpu", "--model-path", str(TARGET), "--speculative-algorithm", "NGRAM",
@@ -62,6 +64,13 @@ def test_alternate_policy_for_tests(parse):
     server_args = parse(eagle3_argv("--speculative-switch-policy", "alternate",
                                     "--speculative-switch-alternate-period", "7"))
     assert get_config(server_args) == PolicyConfig("alternate", None, 7)
+
+
+def test_goodput_policy_needs_no_number_and_keeps_its_table_path(parse):
+    server_args = parse(eagle3_argv("--speculative-switch-policy", "goodput",
+                                    "--speculative-cost-table-path", "/tmp/costs.json"))
+    assert get_config(server_args) == PolicyConfig("goodput", None, 1, "/tmp/costs.json")
+    assert get_config(pickle.loads(pickle.dumps(server_args))).cost_table_path == "/tmp/costs.json"
 
 
 def test_no_flags_means_policy_off(parse):

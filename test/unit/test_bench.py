@@ -201,7 +201,7 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys):
                      "--phases", "0.3:1,0.3:4", "--out-len", "4", "--in-len", "3",
                      "--out", str(tmp_path)], server_factory=FakeServer)
     assert rc == 1  # one configuration failed; the others are reported
-    assert started == ["plain", "eagle3", "adaptive-threshold"]
+    assert started == ["plain", "eagle3", "adaptive-threshold", "adaptive-goodput"]
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [(r["label"], r["workload"]) for r in rows] == [
         (label, kind) for label in started for kind in ("closed", "closed", "open", "phased")]
@@ -216,8 +216,8 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys):
     assert (tmp_path / "report.md").read_text().count("###") >= 3
     assert (tmp_path / "mode_over_time.png").read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr()
-    assert "[3/4 upstream-adaptive] FAILED: server exited" in out.err
-    assert "[4/4 adaptive-threshold] closed c=4" in out.out
+    assert "[3/5 upstream-adaptive] FAILED: server exited" in out.err
+    assert "[4/5 adaptive-threshold] closed c=4" in out.out
 
 
 def test_dry_run_prints_the_plan(capsys):

@@ -10,7 +10,8 @@ def test_launch_server_help_lists_the_flags():
     assert out.returncode == 0, out.stderr[-2000:]
     for flag in (
         "--speculative-disable-batch-threshold N",
-        "--speculative-switch-policy {off,threshold,alternate}",
+        "--speculative-switch-policy {off,threshold,alternate,goodput}",
+        "--speculative-cost-table-path PATH",
         "--speculative-switch-alternate-period K",
     ):
         assert flag in out.stdout

@@ -38,3 +38,21 @@ def test_plots_are_written(tmp_path):
     assert report.plot_sweep(rows, "output_tok_per_s", "tok/s", tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not report.plot_sweep([], "output_tok_per_s", "tok/s", tmp_path / "none.png")
+
+
+def test_tradeoff_curves_pair_total_and_per_request_speed_in_concurrency_order(tmp_path):
+    from sglang_adaptive.bench import report
+
+    rows = [
+        {"label": "plain", "workload": "closed", "concurrency": 128, "output_tok_per_s": 10000.0, "tpot_p50_ms": 10.0},
+        {"label": "plain", "workload": "closed", "concurrency": 1, "output_tok_per_s": 100.0, "tpot_p50_ms": 9.0},
+        {"label": "eagle3", "workload": "closed", "concurrency": 1, "output_tok_per_s": 250.0,
+         "per_request_tok_per_s": 240.0},
+        {"label": "eagle3", "workload": "open", "rate": 4, "output_tok_per_s": 90.0, "tpot_p50_ms": 5.0},
+        {"label": "broken", "workload": "closed", "concurrency": 1, "output_tok_per_s": 0.0},
+    ]
+    curves = report.tradeoff_points(rows)
+    assert curves == {"plain": [(100.0, 1e3 / 9.0, 1), (10000.0, 100.0, 128)], "eagle3": [(250.0, 240.0, 1)]}
+    assert report.plot_tradeoff(rows, tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    assert not report.plot_tradeoff([], tmp_path / "none.png")

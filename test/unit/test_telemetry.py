@@ -46,3 +46,42 @@ def test_static_eagle_server_keeps_upstreams_definition(plugins):
 
 def test_request_that_never_speculated_reports_no_acceptance(plugins):
     assert "spec_accept_length" not in metrics("threshold", completion_tokens=50, verify_ct=0, correct_drafts=0)
+
+
+def test_prometheus_series_count_batches_switches_steps_and_acceptance():
+    from prometheus_client import CollectorRegistry
+
+    from sglang_adaptive import controller as ctl
+    from sglang_adaptive.policy import AlternatePolicy
+    from sglang_adaptive.telemetry import PrometheusTelemetry
+
+    registry = CollectorRegistry()
+    tel = PrometheusTelemetry({"model_name": "m"}, registry=registry)
+    t = [0.0]
+    c = ctl.AdaptiveModeController(AlternatePolicy(2), spec_width=4, telemetry=tel, clock=lambda: t[0],
+                                   sync_every=0)
+    for i in range(6):  # S S P P S S, one decode batch per forward, 5 ms apart
+        t[0] += 0.005
+        c.on_prepare(c.speculate(8), 8, 100 + i)
+    c.on_verify([0, 3, 2])
+
+    def value(name, **labels):
+        return registry.get_sample_value("sglang_adaptive_" + name, {"model_name": "m", **labels})
+
+    assert value("decode_batches_total", mode="spec") == 4 and value("decode_batches_total", mode="plain") == 2
+    assert value("mode_switches_total") == 2
+    assert value("speculative_mode") == 1
+    assert value("verify_requests_total") == 3 and value("verify_tokens_total") == 3 + 5
+    # 5 intervals, the last still pending: 4 filed, 2 after speculative batches, 2 after plain ones.
+    assert value("decode_step_seconds_count", mode="spec") == 2
+    assert value("decode_step_seconds_count", mode="plain") == 2
+    assert value("decode_step_seconds_sum", mode="plain") == pytest.approx(0.010)
+
+
+def test_metrics_off_or_another_rank_report_nothing():
+    from types import SimpleNamespace as NS
+
+    from sglang_adaptive.telemetry import NoTelemetry, make_telemetry
+
+    assert type(make_telemetry(NS(enable_metrics=False), 0)) is NoTelemetry
+    assert type(make_telemetry(NS(enable_metrics=True), 1)) is NoTelemetry

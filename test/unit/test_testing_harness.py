@@ -28,6 +28,10 @@ def fake_servers(monkeypatch):
                 seen["max_live"] = max(seen["max_live"], seen["live"])
             time.sleep(0.05)
 
+        def settle(self):
+            with lock:
+                seen.setdefault("settled", []).append(self.label)
+
         def stop(self):
             with lock:
                 if self.label in seen["ports"]:
@@ -56,6 +60,32 @@ def test_every_configuration_runs_once_in_order(fake_servers, parallel):
     # One port per configuration, so overlapping servers never collide.
     assert len(set(fake_servers["ports"].values())) == 3
     assert fake_servers["max_live"] == min(parallel, 3)
+
+
+def test_port_base_moves_every_port_and_servers_settle_before_they_stop(fake_servers, monkeypatch):
+    monkeypatch.setenv(testing.PORT_BASE_ENV, "32000")
+    testing.run_configs({"a": ([], {}, 1), "b": ([], {}, 1)}, [10])
+    assert sorted(fake_servers["ports"].values()) == [32000, 32010]
+    assert sorted(fake_servers["settled"]) == ["a", "b"]
+
+
+def test_settle_waits_for_the_log_to_stop_growing(tmp_path):
+    srv = testing.Server("s", [], log_dir=tmp_path)
+    srv.log_path.write_text("x")
+
+    def grow():
+        for _ in range(5):
+            time.sleep(0.1)
+            with open(srv.log_path, "a") as f:
+                f.write("line\n")
+
+    writer = threading.Thread(target=grow)
+    t0 = time.time()
+    writer.start()
+    srv.settle(quiet=0.3, limit=5)
+    writer.join()
+    assert srv.log_path.read_text().count("line") == 5  # returned only after the last write
+    assert 0.75 <= time.time() - t0 < 3
 
 
 def test_requests_for_overrides_one_configuration(fake_servers):

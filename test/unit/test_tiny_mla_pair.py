@@ -54,10 +54,10 @@ def checkpoint(path: Path) -> dict:
 
 
 def test_fits_the_size_budget():
-    # ~3 MB: the target (2.37 MB, bf16) carries its own copy of the tokenizer (54 KB)
-    # so SGLang serves it without --tokenizer-path.
+    # ~3.7 MB: the target (~3 MB, bf16) carries its own copy of the tokenizer (54 KB)
+    # so SGLang serves it without --tokenizer-path. Made on the GPU host, not committed.
     size = sum(p.stat().st_size for p in PAIR.rglob("*") if p.is_file())
-    assert size <= 3_200_000
+    assert size <= 4_000_000
 
 
 def test_config_has_the_documented_dims():
@@ -67,7 +67,10 @@ def test_config_has_the_documented_dims():
     assert (c["first_k_dense_replace"], c["moe_layer_freq"], c["intermediate_size"]) == (1, 1, 256)
     # MLA
     assert c["num_attention_heads"] == 4 and c["num_attention_heads"] % 2 == 0  # TP 2
-    assert (c["q_lora_rank"], c["kv_lora_rank"]) == (64, 64)
+    assert (c["q_lora_rank"], c["kv_lora_rank"]) == (64, 256)
+    # SGLang's Triton MLA decode kernel takes a latent + rope width of 576 or 288 only
+    # (any other fails to compile on the GPU: measured with 64 + 32 = 96).
+    assert c["kv_lora_rank"] + c["qk_rope_head_dim"] in (576, 288)
     assert (c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"]) == (32, 32, 32)
     assert c["rope_interleave"] is True  # SGLang: is_neox_style = not rope_interleave
     assert c["rope_parameters"]["rope_type"] == "default"  # no yarn: SGLang's rope_scaling is None

@@ -32,7 +32,8 @@ def plain_worker(runner, forward, req_to_token) -> AdaptiveEAGLEWorker:
 
 def spec_runner():
     return NS(attn_backend="verify-backend", decode_cuda_graph_runner="verify-graphs",
-              spec_algorithm=up.SpeculativeAlgorithm.EAGLE3)
+              spec_algorithm=up.SpeculativeAlgorithm.EAGLE3,
+              tp_group=NS(rank_in_group=0, broadcast_object=lambda obj, src: obj))
 
 
 def draft_input_of(bonus_tokens: list[int]):
@@ -298,6 +299,17 @@ def built(parse, monkeypatch):
         return AdaptiveEAGLEWorker(parse(argv), 0, None, 1234, target)
 
     return NS(build=build, logs=logs)
+
+
+def test_worker_feeds_verify_results_to_its_policy_and_upstream(built, monkeypatch):
+    calls = []
+    monkeypatch.setattr(up.EAGLEWorkerV2, "on_verify_complete_cpu",
+                        lambda self, nc, batch_size=0: calls.append((list(nc), batch_size)))
+    worker = built.build("--speculative-switch-policy", "goodput")
+    before = worker.controller.policy.acceptance.expected_tokens()
+    worker.on_verify_complete_cpu([3, 3, 3], batch_size=3)
+    assert worker.controller.policy.acceptance.expected_tokens() > before
+    assert calls == [([3, 3, 3], 3)]
 
 
 def test_worker_installs_its_controller(built, monkeypatch):

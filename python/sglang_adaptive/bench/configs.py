@@ -20,7 +20,7 @@ UPSTREAM_ADAPTIVE_CONFIG = REPO / "benchmark" / "upstream-adaptive-max3.json"
 
 # Static configurations set the bar; the others are reported as a ratio to the best.
 STATIC = ("plain", "eagle3")
-LABELS = ("plain", "eagle3", "upstream-adaptive", "adaptive-threshold")
+LABELS = ("plain", "eagle3", "upstream-adaptive", "adaptive-threshold", "adaptive-goodput")
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,12 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
                                       str(UPSTREAM_ADAPTIVE_CONFIG)], pair.spec_env),
         "adaptive-threshold": (spec + ["--speculative-disable-batch-threshold", str(threshold)],
                                pair.spec_env),
+        "adaptive-goodput": (spec + ["--speculative-switch-policy", "goodput"], pair.spec_env),
+        # What the package costs when it does nothing: static EAGLE-3 with SGLang's
+        # plugin loading pointed elsewhere (no hooks at all), against "eagle3" (hooks
+        # applied, policy off) and a policy that never goes plain.
+        "eagle3-without-plugin": (spec, {**pair.spec_env, "SGLANG_PLUGINS": "none"}),
+        "adaptive-never-plain": (spec + ["--speculative-disable-batch-threshold", "100000"], pair.spec_env),
     }
     unknown = [label for label in labels if label not in table]
     if unknown:

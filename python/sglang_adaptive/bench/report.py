@@ -1,7 +1,7 @@
 """JSON lines -> Markdown tables (ratios to the best static configuration) and PNG plots.
 
 Rows: one JSON object per configuration x load point, with ``label``, ``workload``
-(``closed``, ``open`` or ``phased``; rows without it, as ``loadgen.py`` prints
+(``closed``, ``open`` or ``phased``; rows without it, as the retired ``benchmark/loadgen.py`` printed
 them, count as closed) and the metrics of ``metrics.summarize``. Plots need
 matplotlib; without it the tables are still written.
 
@@ -148,6 +148,47 @@ def plot_sweep(rows, metric: str, ylabel: str, path: Path, key: str = "concurren
     return True
 
 
+def tradeoff_points(rows, workload: str = "closed") -> dict[str, list[tuple[float, float, int]]]:
+    """Per configuration, its load points as (total output tok/s, tok/s per request,
+    concurrency), in concurrency order; per request from the row's own figure, else
+    from its median TPOT."""
+    out: dict[str, list] = {}
+    for r in rows:
+        if r.get("workload", "closed") != workload or not r.get("output_tok_per_s"):
+            continue
+        per_request = r.get("per_request_tok_per_s") or (1e3 / r["tpot_p50_ms"] if r.get("tpot_p50_ms") else None)
+        if per_request:
+            out.setdefault(r["label"], []).append((r["output_tok_per_s"], per_request, r["concurrency"]))
+    return {label: sorted(points, key=lambda p: p[2]) for label, points in out.items()}
+
+
+def plot_tradeoff(rows, path: Path) -> bool:
+    """The picture speculation is judged by (as InferenceX plots it): tokens/s per
+    request (interactivity) against total output tokens/s (throughput), one curve
+    per configuration across the concurrency sweep. Up and right is better; an
+    adaptive curve should lie on or above both static ones."""
+    plt = _pyplot()
+    curves = tradeoff_points(rows)
+    if plt is None or not curves:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), dpi=100)
+    for label, points in curves.items():
+        xs, ys, cs = zip(*points)
+        ax.plot(xs, ys, marker="o", label=label, linewidth=2.6 if label.startswith("adaptive") else 1.4)
+        for x, y, c in points:
+            ax.annotate(f"{c}", (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    ax.set_xlabel("total output tokens / s")
+    ax.set_ylabel("output tokens / s per request")
+    ax.set_xscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("labels: concurrency", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def plot_mode_over_time(rows, path: Path) -> bool:
     """Per configuration: output tok/s over time; for adaptive ones the plain share;
     the target concurrency as a step line."""
@@ -200,6 +241,7 @@ def write(rows: list[dict], out: Path) -> list[Path]:
         "open_loop_tpot.png": lambda path: plot_sweep(rows, "tpot_p50_ms", "TPOT p50 (ms)", path, "rate",
                                                       "open", "request rate (requests / s, Poisson)"),
         "mode_over_time.png": lambda path: plot_mode_over_time(rows, path),
+        "tradeoff.png": lambda path: plot_tradeoff(rows, path),
     }
     written += [out / name for name, plot in plots.items() if plot(out / name)]
     return written

@@ -1,0 +1,65 @@
+"""Step-cost table: the wall time of a decode step in each mode, by batch size, as served.
+
+Pure Python (no torch, no SGLang). The controller times each decode iteration on the
+host (from one decode prepare to the next) and files it under the mode and batch
+size of the step that ran in between; iterations with another batch in between (a
+prefill) are not filed. A step's wall time is what a step costs the server, whether
+the GPU or the scheduler's host work sets the pace: on a small model at TP 2 the
+host does (``benchmark/results/2026-11-30-h200x2-host-time``), and a cost table of
+graph replays alone would miss it.
+
+Each rank measures its own; the policy only ever sees the table rank 0 shared with
+every rank (``AdaptiveModeController.sync``), so all ranks decide alike.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from statistics import median
+
+PLAIN, SPEC = "plain", "spec"
+WINDOW = 31  # samples kept per (mode, bucket); the median ignores the odd slow one
+MIN_SAMPLES = 4
+
+
+def bucket(batch_size: int) -> int:
+    """Batch sizes 1-8 exactly, then multiples of 8: step time grows smoothly."""
+    return batch_size if batch_size <= 8 else -(-batch_size // 8) * 8
+
+
+class StepCosts:
+    """Local samples -> {mode: {bucket: median seconds}}."""
+
+    def __init__(self, window: int = WINDOW, min_samples: int = MIN_SAMPLES):
+        self.window, self.min_samples = window, min_samples
+        self._samples: dict[tuple[str, int], deque] = {}
+
+    def add(self, speculative: bool, batch_size: int, seconds: float) -> None:
+        key = (SPEC if speculative else PLAIN, bucket(batch_size))
+        self._samples.setdefault(key, deque(maxlen=self.window)).append(seconds)
+
+    def table(self) -> dict[str, dict[int, float]]:
+        out: dict[str, dict[int, float]] = {PLAIN: {}, SPEC: {}}
+        for (mode, b), samples in self._samples.items():
+            if len(samples) >= self.min_samples:
+                out[mode][b] = median(samples)
+        return out
+
+
+def lookup(by_bucket: dict[int, float], batch_size: int) -> float | None:
+    """Seconds per step at ``batch_size``: its bucket, else linear between the nearest
+    measured buckets, else the nearest one; None when the mode has no data."""
+    if not by_bucket:
+        return None
+    b = bucket(batch_size)
+    if b in by_bucket:
+        return by_bucket[b]
+    keys = sorted(by_bucket)
+    i = bisect.bisect_left(keys, b)
+    if i == 0:
+        return by_bucket[keys[0]]
+    if i == len(keys):
+        return by_bucket[keys[-1]]
+    lo, hi = keys[i - 1], keys[i]
+    return by_bucket[lo] + (by_bucket[hi] - by_bucket[lo]) * (b - lo) / (hi - lo)

@@ -1,0 +1,92 @@
+"""The trained MLA + MoE pair: exact tokens on the users' architecture, at TP 1 and TP 2.
+
+``test/fixtures/train_tiny_mla_pair.py`` trains a ``DeepseekV3ForCausalLM`` target
+(MLA, 1 dense + 3 MoE layers, 8 routed experts top-2 + 1 shared) and its EAGLE-3
+draft (SGLang's ``LlamaForCausalLMEagle3``: the training script mirrors that draft
+module, not the MLA draft ``Eagle3DeepseekV2ForCausalLM``). Its weights are not
+committed (the repository must fit the GPU transfer beside the bundle): the GPU
+host makes them first, with fixed seeds, in about 4 minutes:
+
+    python test/fixtures/train_tiny_mla_pair.py --device cuda --out test/fixtures/tiny-mla-pair
+    ADAPTIVE_GPU_PARALLEL=8 python -m pytest -m gpu test/gpu/test_tiny_mla_pair.py -v
+
+Every configuration runs in fp32 (IEEE dots, deterministic inference, triton
+attention: its MLA kernels take fp32) at tensor parallel 1 and, where two GPUs are
+visible, 2, and must return the fp32 no-spec server's tokens for 200 held-out
+greedy requests, token for token, while showing the modes it claims; the shared
+suite checks graph replays, the plain KV reserve and rank agreement on the same runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
+from suite import ADAPTIVE, DEBUG_ENV, assert_modes, base_args, collect, configs, require_gpu
+from test_tiny_pair import MIN_ACCEPT, assert_same_outputs, min_accept, text_requests
+
+pytestmark = pytest.mark.gpu
+
+PAIR = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-mla-pair"
+NUM = int(os.environ.get("ADAPTIVE_GPU_NUM", "200"))
+# The issue's five configurations (static EAGLE-3, alternation every step and every
+# 7, threshold under a ramp, always plain) beside the no-spec reference.
+MODES = ("eagle3", "alternate-1", "alternate-7", "threshold-8-ramp", "threshold-0")
+ENV32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
+
+
+def tensor_parallel_sizes() -> list[int]:
+    try:
+        import torch
+
+        return [1, 2] if torch.cuda.device_count() >= 2 else [1]
+    except ImportError:
+        return [1]
+
+
+def tp_label(label: str, tp: int) -> str:
+    # TP 1 runs keep the bare labels, so the shared suite's tests check them.
+    return label if tp == 1 else f"{label}@tp{tp}"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    require_gpu()
+    if not (PAIR / "target" / "model.safetensors").exists():
+        message = (f"the MLA pair is not trained: run python test/fixtures/train_tiny_mla_pair.py "
+                   f"--device cuda --out {PAIR}")
+        if os.environ.get("ADAPTIVE_GPU_REQUIRED") == "1":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    table, references = {}, {}
+    for tp in tensor_parallel_sizes():
+        base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000", "--tp", str(tp),
+                         "--dtype", "float32", "--enable-deterministic-inference")
+        for label, entry in configs(base, PAIR / "eagle3", labels=("plain", *MODES), env=ENV32).items():
+            table[tp_label(label, tp)] = entry
+            if label != "plain":
+                references[tp_label(label, tp)] = tp_label("plain", tp)
+    # The prompts are the Llama pair's held-out tokens: both pairs share its tokenizer.
+    return collect("tiny-mla-pair", table, text_requests(NUM), references=references)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("mode", MODES)
+def test_greedy_tokens_equal_plain_server_token_for_token_in_fp32(runs, mode, tp):
+    if tp_label(mode, tp) not in runs:
+        pytest.skip(f"tensor parallel {tp} needs {tp} GPUs")
+    ref, got = runs[tp_label("plain", tp)].check(), runs[tp_label(mode, tp)].check()
+    if mode in ADAPTIVE:
+        stats = assert_modes(mode, got)
+        if stats["spec"]:
+            assert got.spec_accept_length() >= min_accept(mode), got.spec_accept_length()
+        if tp > 1:
+            per_rank = got.stats_per_rank()
+            assert sorted(per_rank) == list(range(tp)), per_rank
+            assert all(s["plain"] == stats["plain"] and s["spec"] == stats["spec"] for s in per_rank.values())
+    else:
+        assert got.accept_length() >= MIN_ACCEPT, got.accept_length()
+    assert_same_outputs(ref, got)
+

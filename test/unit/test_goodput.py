@@ -1,0 +1,218 @@
+"""The goodput policy, its acceptance estimate and the step-cost table, on synthetic
+cost tables and acceptance streams (pure Python: no torch, no SGLang)."""
+
+import json
+
+import pytest
+
+from sglang_adaptive import controller as ctl, costs
+from sglang_adaptive.policy import AcceptanceEstimator, GoodputPolicy, PolicyConfig, make_policy
+
+K = 3  # draft steps: up to 4 tokens per speculative step
+
+
+def table(plain: dict, spec: dict) -> dict:
+    """Milliseconds by batch size -> the seconds table the policy reads."""
+    return {costs.PLAIN: {b: ms / 1e3 for b, ms in plain.items()},
+            costs.SPEC: {b: ms / 1e3 for b, ms in spec.items()}}
+
+
+# A small model at TP 2, roughly as measured on the K2.5-shaped pair: a speculative
+# step costs 2-3 plain steps, less so at small batches.
+MEASURED = table(plain={1: 2.5, 8: 2.8, 32: 3.4, 128: 5.3}, spec={1: 4.8, 8: 5.6, 32: 9.0, 128: 24.0})
+
+
+def feed(policy: GoodputPolicy, accepted: int, steps: int, batch: int = 4) -> None:
+    """``steps`` speculative steps in which every request accepts ``accepted`` drafts."""
+    for _ in range(steps):
+        policy.on_launch(True)
+        policy.on_verify([accepted] * batch)
+
+
+# -- acceptance ----------------------------------------------------------------------
+
+
+def test_acceptance_per_position_gives_the_expected_tokens_per_step():
+    est = AcceptanceEstimator(K, half_life=1e9)
+    # 10 requests: 4 accept nothing, 3 accept one draft, 2 accept two, 1 all three.
+    est.update([0] * 4 + [1] * 3 + [2] * 2 + [3], step=1)
+    # Priors (1 reached, 0.5 accepted per position) are included.
+    reached, accepted = [11, 7, 4], [6.5, 3.5, 1.5]
+    assert est.rates() == pytest.approx([a / r for a, r in zip(accepted, reached)])
+    r = est.rates()
+    assert est.expected_tokens() == pytest.approx(1 + r[0] + r[0] * r[1] + r[0] * r[1] * r[2])
+
+
+def test_old_evidence_halves_every_half_life_of_launched_steps():
+    est = AcceptanceEstimator(1, half_life=10)
+    est.update([1] * 1000, step=0)   # all accepted
+    est.update([0] * 1000, step=10)  # all rejected, one half-life later
+    assert est.rates()[0] == pytest.approx((500 + 0.25) / (1500 + 0.5), rel=1e-3)
+
+
+def test_expected_tokens_span_one_to_k_plus_one():
+    low, high = AcceptanceEstimator(K), AcceptanceEstimator(K)
+    low.update([0] * 10_000, step=1)
+    high.update([K] * 10_000, step=1)
+    assert low.expected_tokens() == pytest.approx(1.0, abs=1e-3)
+    assert high.expected_tokens() == pytest.approx(K + 1, abs=1e-2)
+
+
+# -- step costs ------------------------------------------------------------------------
+
+
+def test_step_costs_keep_the_median_per_bucket_once_there_are_enough_samples():
+    c = costs.StepCosts(window=5, min_samples=3)
+    for seconds in (0.010, 0.011):
+        c.add(False, 30, seconds)
+    assert c.table() == {costs.PLAIN: {}, costs.SPEC: {}}
+    c.add(False, 29, 0.5)  # the same bucket (32); a stall, ignored by the median
+    assert c.table()[costs.PLAIN] == {32: 0.011}
+    assert [costs.bucket(b) for b in (1, 8, 9, 16, 17, 128)] == [1, 8, 16, 16, 24, 128]
+
+
+def test_lookup_interpolates_between_measured_buckets_and_clamps_outside():
+    by = {8: 0.002, 32: 0.004}
+    assert costs.lookup(by, 16) == pytest.approx(0.002 + 0.002 * 8 / 24)
+    assert costs.lookup(by, 1) == 0.002 and costs.lookup(by, 500) == 0.004
+    assert costs.lookup({}, 4) is None
+
+
+# -- decisions -------------------------------------------------------------------------
+
+
+def test_speculates_at_low_load_and_runs_plain_at_high_load_with_good_acceptance():
+    p = GoodputPolicy(K)
+    p.set_costs(MEASURED)
+    feed(p, accepted=2, steps=50)  # ~3 tokens per step
+    e = p.acceptance.expected_tokens()
+    assert 2.9 < e < 3.1
+    # bs 1: 3 tokens / 4.8 ms beats 1 / 2.5 ms; bs 128: 3 / 24 ms loses to 1 / 5.3 ms.
+    assert p.speculate(1) is True and p.speculate(8) is True
+    assert p.speculate(128) is False
+    # The crossover sits where E / T_spec = 1 / T_plain: between 32 and 128 here.
+    assert p.speculate(32) is True
+
+
+def test_acceptance_collapse_turns_plain_even_at_batch_one_and_probes_bring_it_back():
+    p = GoodputPolicy(K, probe_every=100, half_life=64)
+    p.set_costs(MEASURED)
+    feed(p, accepted=2, steps=100)
+    assert p.speculate(1) is True
+    feed(p, accepted=0, steps=100)  # the draft stops matching: 1 token per step
+    assert p.speculate(1) is False
+    # Plain from here; every 100th step is a speculative probe whose verify feeds the
+    # estimate. The draft recovers: probes see 3 accepted drafts again, and the
+    # collapse's evidence ages away between them.
+    modes = []
+    for _ in range(1000):
+        spec = p.speculate(1)
+        modes.append(spec)
+        p.on_launch(spec)
+        if spec:
+            p.on_verify([K])
+    assert modes.index(True) == 100 and modes[:100] == [False] * 100
+    back = next(i for i in range(len(modes) - 10) if all(modes[i:i + 10]))
+    assert back < 800, back
+    assert all(modes[back:]), "recovered acceptance should bring speculation back for good"
+
+
+def test_probes_are_one_percent_of_steps_while_plain_pays():
+    p = GoodputPolicy(K, probe_every=100)
+    p.set_costs(MEASURED)
+    feed(p, accepted=2, steps=20)
+    spec_steps = 0
+    for _ in range(1000):
+        spec = p.speculate(128)
+        spec_steps += spec
+        p.on_launch(spec)
+        if spec:
+            p.on_verify([2] * 128)
+    assert 8 <= spec_steps <= 11  # one probe per 100 plain steps, each followed by plain again
+
+
+def test_hysteresis_keeps_the_current_mode_when_predictions_are_close():
+    # Speculation predicts 3% more tokens/s than plain: within the 5% hysteresis.
+    p = GoodputPolicy(K, hysteresis=0.05)
+    feed(p, accepted=2, steps=50)
+    e = p.acceptance.expected_tokens()
+    p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.03}))
+    p.on_launch(False)
+    assert p.speculate(8) is False  # plain stays plain
+    p.on_launch(True)
+    assert p.speculate(8) is True  # speculative stays speculative
+    p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.10}))  # 10% better: switch
+    p.on_launch(False)
+    assert p.speculate(8) is True
+
+
+def test_a_mode_without_a_step_time_near_the_batch_size_is_run_to_measure_it():
+    p = GoodputPolicy(K)
+    assert p.speculate(4) is True  # nothing measured: speculate first
+    p.set_costs(table(plain={}, spec={4: 5.0}))
+    assert p.speculate(4) is False  # then plain, to get its time
+    p.set_costs(table(plain={4: 2.0}, spec={4: 5.0}))
+    assert p.speculate(64) is True  # nothing within a factor 2 of 64
+    p.set_costs(table(plain={4: 2.0}, spec={4: 5.0, 64: 20.0}))
+    assert p.speculate(64) is False
+
+
+def test_answers_for_the_same_batch_agree_until_the_state_moves():
+    p = GoodputPolicy(K)
+    p.set_costs(MEASURED)
+    feed(p, accepted=1, steps=30)
+    for bs in (1, 5, 24, 77, 128):
+        assert len({p.speculate(bs) for _ in range(5)}) == 1
+
+
+def test_make_policy_builds_goodput_with_the_draft_step_count():
+    p = make_policy(PolicyConfig(policy="goodput"), num_steps=5)
+    assert isinstance(p, GoodputPolicy) and p.acceptance.k == 5
+    assert "goodput" in p.describe()
+
+
+# -- controller: timing, sharing, dumping ----------------------------------------------
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_controller_files_clean_intervals_only_and_shares_the_table_on_a_schedule(tmp_path):
+    clock, shared = Clock(), []
+    path = tmp_path / "costs.json"
+
+    def share(t):
+        shared.append(t)
+        return {costs.PLAIN: {8: 0.003}, costs.SPEC: {8: 0.006}}  # "rank 0's" table
+
+    policy = GoodputPolicy(K)
+    c = ctl.AdaptiveModeController(policy, spec_width=K + 1, share=share, sync_every=10,
+                                   cost_table_path=str(path), clock=clock)
+    c.costs = costs.StepCosts(min_samples=1)
+    it = 100
+    for step in range(10):
+        # Step 4's interval holds a prefill: the forward count jumps by 2 at the prepare
+        # after the next one.
+        it += 2 if step == 5 else 1
+        clock.t += 0.004
+        c.on_prepare(False, 8, it)
+    local = c.costs._samples[(costs.PLAIN, 8)]
+    # 9 intervals between 10 prepares: the last still pending, one holding a prefill.
+    assert len(local) == 9 - 1 - 1, local
+    assert shared and policy.costs == {costs.PLAIN: {8: 0.003}, costs.SPEC: {8: 0.006}}
+    doc = json.loads(path.read_text())
+    assert doc["seconds_per_step"]["plain"] == {"8": 0.003} and len(doc["acceptance_per_position"]) == K
+
+
+def test_controller_passes_verify_results_to_the_policy():
+    policy = GoodputPolicy(K)
+    c = ctl.AdaptiveModeController(policy, spec_width=K + 1)
+    before = policy.acceptance.expected_tokens()
+    c.on_verify([K] * 64)
+    assert policy.acceptance.expected_tokens() > before
+    ctl.ModeController().on_verify([1])  # upstream's controller ignores it

@@ -1,0 +1,33 @@
+"""The host-time diagnostic: every target exists in the pinned release, and a wrapped
+call lands in the bucket of the batch being run. In a subprocess: installing wraps
+SGLang classes for the rest of the process."""
+
+import json
+import subprocess
+import sys
+
+SCRIPT = r"""
+import json, sys
+from types import SimpleNamespace as NS
+from sglang_adaptive import hosttime
+missing = hosttime.install(sys.argv[1])
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.model_executor.forward_batch_info import ForwardMode
+batch = NS(forward_mode=ForwardMode.DECODE, reqs=[1, 2, 3])
+hosttime._state["last_dump"] = -1e9
+try:
+    Scheduler.run_batch(NS(), batch)
+except Exception:
+    pass  # the stand-in scheduler lacks everything; the wrapper still counts the call
+print(json.dumps(missing))
+"""
+
+
+def test_every_target_exists_and_calls_are_bucketed_by_decode_batch_size(tmp_path):
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    (dump,) = tmp_path.glob("hosttime-*.json")
+    cell = json.loads(dump.read_text())["buckets"]["decode-3"]["sglang.srt.managers.scheduler:Scheduler.run_batch"]
+    assert cell["calls"] == 1 and cell["s"] >= 0
