@@ -22,6 +22,8 @@
 #               then tinymla; both beside the next steps
 #        tinymla  the MLA pair's fp32 equality suite at TP 1 (and TP 2 with 2 GPUs)
 #        quick  the tiny pair's fp32 equality for the switching configurations and goodput only
+#        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
+#               1-128, no-spec / static EAGLE-3 / threshold / goodput
 #        hosttime  scheduler host time per decode iteration (sglang_adaptive.hosttime): the k25
 #               pair at K25_TP (default 2), no-spec against always-plain, closed loop 8, 32, 128
 #
@@ -82,6 +84,11 @@ if [ "$cmd" = start ]; then
                         --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
                         --rates "" --phases "" --out "$W/k25bench" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
+            goodput) for acc in 1.3 2.5 3.5; do
+                        step "goodput-$acc" python -m sglang_adaptive.bench --acc-len "$acc" \
+                            --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
+                            --closed 1,2,4,8,16,32,64,128 --rates "" --phases "" --out "$W/goodput-$acc"
+                      done ;;
             stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \
                         --closed 1,128 --rates "" --phases "" --out "$W/stream" ;;
             *) echo "unknown step $s" >>"$W/progress.log" ;;

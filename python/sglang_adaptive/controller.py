@@ -124,6 +124,8 @@ class AdaptiveModeController(ModeController):
         self.costs = StepCosts()
         self.share = share or (lambda table: table)
         self.sync_every = sync_every
+        # A TP collective: only where the table is read (goodput) or kept (a path).
+        self._syncs = bool(sync_every) and (policy.uses_costs or cost_table_path is not None)
         self.cost_table_path = cost_table_path
         self.clock = clock
         self._last_prepare: tuple | None = None  # (time, speculative, batch size, forward_iter)
@@ -149,7 +151,7 @@ class AdaptiveModeController(ModeController):
         total = self.stats.spec_batches + self.stats.plain_batches
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())
-        if self.sync_every and total % self.sync_every == 0:
+        if self._syncs and total % self.sync_every == 0:
             self.sync()
 
     def _time_step(self, speculative: bool, batch_size: int, forward_iter: int | None) -> None:
@@ -209,6 +211,11 @@ def write_cost_table(path: str, table: dict, policy: ModePolicy) -> None:
     if acceptance is not None:
         doc["acceptance_per_position"] = acceptance.rates()
         doc["expected_tokens_per_step"] = acceptance.expected_tokens()
+    if os.path.exists(path) and not os.path.isfile(path):  # a pipe or device: write through
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return
+    # A reader never sees a half-written file.
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1)

@@ -31,6 +31,9 @@ class ModePolicy:
     """Speculate on every batch: the no-op policy (static EAGLE behaviour)."""
 
     name = "always-speculate"
+    # Whether decisions read the shared step-cost table (then the controller shares it
+    # across TP ranks on a schedule; other policies need no collective).
+    uses_costs = False
 
     def speculate(self, batch_size: int) -> bool:
         return True
@@ -150,6 +153,7 @@ class GoodputPolicy(ModePolicy):
     """
 
     name = POLICY_GOODPUT
+    uses_costs = True
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, hysteresis: float = 0.05,
                  half_life: float = 64.0):

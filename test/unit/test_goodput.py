@@ -2,6 +2,8 @@
 cost tables and acceptance streams (pure Python: no torch, no SGLang)."""
 
 import json
+import os
+import threading
 
 import pytest
 
@@ -216,3 +218,31 @@ def test_controller_passes_verify_results_to_the_policy():
     c.on_verify([K] * 64)
     assert policy.acceptance.expected_tokens() > before
     ctl.ModeController().on_verify([1])  # upstream's controller ignores it
+
+
+def test_policies_that_do_not_read_costs_never_share_them(tmp_path):
+    from sglang_adaptive.policy import ThresholdPolicy
+
+    shared = []
+    c = ctl.AdaptiveModeController(ThresholdPolicy(8), spec_width=K + 1, share=shared.append, sync_every=2)
+    for i in range(10):
+        c.on_prepare(c.speculate(4), 4, i)
+    assert shared == []  # no collective for the threshold policy
+    c = ctl.AdaptiveModeController(ThresholdPolicy(8), spec_width=K + 1, share=lambda t: shared.append(t) or t,
+                                   sync_every=2, cost_table_path=str(tmp_path / "costs.json"))
+    for i in range(4):
+        c.on_prepare(True, 4, i)
+    assert len(shared) == 2  # keeping the table on disk still syncs it
+    assert json.loads((tmp_path / "costs.json").read_text())["policy"].startswith("threshold")
+
+
+def test_a_cost_table_path_that_is_not_a_regular_file_is_written_through(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    ctl.write_cost_table(str(fifo), {costs.PLAIN: {1: 0.002}, costs.SPEC: {}}, GoodputPolicy(K))
+    reader.join(timeout=10)
+    assert json.loads(got[0])["seconds_per_step"]["plain"] == {"1": 0.002}
+    assert fifo.is_fifo(), "the pipe must not be replaced by a regular file"
