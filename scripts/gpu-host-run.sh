@@ -22,6 +22,8 @@
 #               then tinymla; both beside the next steps
 #        tinymla  the MLA pair's fp32 equality suite at TP 1 (and TP 2 with 2 GPUs)
 #        quick  the tiny pair's fp32 equality for the switching configurations and goodput only
+#        soak   benchmark/soak.py: 20 minutes of oscillating open-loop load, every request kind,
+#               aborts, strict memory check (longer than one wait: call wait again)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
 #               1-128, no-spec / static EAGLE-3 / threshold / goodput
 #        hosttime  scheduler host time per decode iteration (sglang_adaptive.hosttime): the k25
@@ -84,6 +86,7 @@ if [ "$cmd" = start ]; then
                         --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
                         --rates "" --phases "" --out "$W/k25bench" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
+            soak) step soak python benchmark/soak.py --minutes 20 --out "$W/soak" ;;
             goodput) for acc in 1.3 2.5 3.5; do
                         step "goodput-$acc" python -m sglang_adaptive.bench --acc-len "$acc" \
                             --configs plain,eagle3,adaptive-threshold,adaptive-goodput \

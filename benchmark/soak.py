@@ -1,0 +1,279 @@
+"""Soak: an open-loop load oscillating across the switching point, with every request
+kind and aborts, on SGLang's strict memory check; what it served and what it leaked.
+
+One adaptive server (the dummy Llama-3-8B-shaped pair by default, simulated
+acceptance, ``--speculative-disable-batch-threshold 16``; or the goodput policy)
+gets Poisson arrivals whose rate follows a sine between ``--low`` and ``--high``
+requests/s with period ``--period`` seconds, for ``--minutes``. The request mix
+(``KINDS``): greedy, logprobs (top-k and token ids), ``max_new_tokens=1``,
+``n=2`` parallel sampling, temperature 0.8 with penalties, stop token ids,
+a client that disconnects mid-stream, and ``/abort_request`` by request id.
+
+Every ``--sample-every`` seconds it records GPU memory (``nvidia-smi``) and the KV
+tokens in use (``sglang:num_used_tokens`` from ``/metrics``). At the end
+it waits for the server to drain and reports, as JSON, a markdown table and a plot:
+requests per kind and outcome, errors, KV tokens in use at the start and at the
+end (they must match), GPU memory over time, and the mode counters.
+
+usage (GPU host, after ``source .gpu-bundle/gpu/setup-host.sh``):
+  python benchmark/soak.py --minutes 20 --out $OUT/soak
+  python benchmark/soak.py --minutes 20 --policy goodput --out $OUT/soak-goodput
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import re
+import subprocess
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from sglang_adaptive.bench import configs
+from sglang_adaptive.bench.client import _one
+from sglang_adaptive.testing import Server, client_session
+
+KINDS = ("greedy", "logprobs", "one-token", "parallel-2", "sampled-penalties", "stop-ids",
+         "disconnect", "abort-request")
+# How often each kind is drawn (the rest of the mass is greedy).
+MIX = {"logprobs": 0.08, "one-token": 0.05, "parallel-2": 0.05, "sampled-penalties": 0.1,
+       "stop-ids": 0.05, "disconnect": 0.04, "abort-request": 0.03}
+USED_TOKENS = re.compile(r"^sglang:num_used_tokens\{[^}]*\} ([\d.e+]+)$", re.M)
+STRICT_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1"}
+
+
+def rate_at(t: float, low: float, high: float, period: float) -> float:
+    """Requests/s at ``t``: a sine from ``low`` (t = 0) up to ``high`` and back."""
+    return low + (high - low) * (1 - math.cos(2 * math.pi * t / period)) / 2
+
+
+def arrivals(seconds: float, low: float, high: float, period: float, seed: int = 0) -> list[float]:
+    """Poisson arrival times with the time-varying rate (thinning)."""
+    rng, t, out = random.Random(seed), 0.0, []
+    while True:
+        t += rng.expovariate(high)
+        if t >= seconds:
+            return out
+        if rng.random() < rate_at(t, low, high, period) / high:
+            out.append(t)
+
+
+def draw_kind(rng: random.Random) -> str:
+    x, acc = rng.random(), 0.0
+    for kind, p in MIX.items():
+        acc += p
+        if x < acc:
+            return kind
+    return "greedy"
+
+
+def make_request(kind: str, rng: random.Random, vocab: int, in_len=(16, 512), out_len=(16, 256)) -> dict:
+    params = {"max_new_tokens": rng.randint(*out_len), "temperature": 0.0, "ignore_eos": True}
+    req = {"input_ids": [rng.randrange(1000, vocab) for _ in range(rng.randint(*in_len))],
+           "rid": f"soak-{kind}-{uuid.uuid4().hex[:12]}"}
+    if kind == "logprobs":
+        req.update(return_logprob=True, top_logprobs_num=3, token_ids_logprob=[1000, 1001])
+    elif kind == "one-token":
+        params["max_new_tokens"] = 1
+    elif kind == "parallel-2":
+        params.update(n=2, temperature=0.7)
+    elif kind == "sampled-penalties":
+        params.update(temperature=0.8, top_p=0.95, frequency_penalty=0.3, presence_penalty=0.2,
+                      repetition_penalty=1.1)
+    elif kind == "stop-ids":
+        params.update(stop_token_ids=[rng.randrange(1000, vocab) for _ in range(8)], ignore_eos=False)
+    req["sampling_params"] = params
+    return req
+
+
+async def _disconnect(session, url: str, req: dict, after: float) -> str:
+    """Start streaming, then drop the connection: the server must abort the request."""
+    try:
+        async with session.post(url + "/generate", json={**req, "stream": True}) as r:
+            t0 = time.monotonic()
+            async for _ in r.content:
+                if time.monotonic() - t0 > after:
+                    break
+        return "disconnected"
+    except Exception as e:
+        return f"error: {type(e).__name__}"
+
+
+async def _abort_request(session, url: str, req: dict, after: float) -> str:
+    task = asyncio.ensure_future(_one(session, url, req))
+    await asyncio.sleep(after)
+    async with session.post(url + "/abort_request", json={"rid": req["rid"]}) as r:
+        status = r.status
+    rec = await task
+    return "aborted" if status == 200 and rec.error is None else f"error: {rec.error or status}"
+
+
+def kv_tokens_in_use(metrics_text: str) -> int | None:
+    """KV tokens in use from a ``/metrics`` scrape (summed over its label sets)."""
+    found = USED_TOKENS.findall(metrics_text)
+    return int(sum(float(x) for x in found)) if found else None
+
+
+def scrape(url: str) -> str:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def gpu_memory_mib() -> list[int]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return [int(x) for x in out.split()]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return []
+
+
+async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict], timeout: float,
+                on_tick=None, tick_s: float = 5.0) -> list[tuple[str, str]]:
+    """Send each request at its time; returns (kind, outcome) per request."""
+    outcomes: list[tuple[str, str]] = []
+    rng = random.Random(1)
+    async with client_session(timeout) as s:
+        t0 = time.monotonic()
+
+        async def one(at, kind, req):
+            await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
+            if kind == "disconnect":
+                outcome = await _disconnect(s, url, req, rng.uniform(0.05, 1.0))
+            elif kind == "abort-request":
+                outcome = await _abort_request(s, url, req, rng.uniform(0.05, 1.0))
+            else:
+                rec = await _one(s, url, req)
+                outcome = "ok" if rec.error is None else f"error: {rec.error}"
+            outcomes.append((kind, outcome))
+
+        async def ticker():
+            while True:
+                await asyncio.sleep(tick_s)
+                if on_tick:
+                    on_tick(time.monotonic() - t0)
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.gather(*(one(t, k, r) for t, k, r in zip(times, kinds, reqs)))
+        tick.cancel()
+    return outcomes
+
+
+def summarize(outcomes, samples, kv_start, kv_end, mode_line) -> dict:
+    by_kind = Counter(kind for kind, _ in outcomes)
+    by_outcome = Counter(o if not o.startswith("error") else "error" for _, o in outcomes)
+    errors = [f"{k}: {o}" for k, o in outcomes if o.startswith("error")]
+    memory = [m for _, m, _ in samples if m]
+    return {
+        "requests": len(outcomes), "by_kind": dict(by_kind), "by_outcome": dict(by_outcome),
+        "errors": len(errors), "first_errors": errors[:10],
+        "kv_tokens_start": kv_start, "kv_tokens_end": kv_end,
+        "kv_leak": None if kv_start is None or kv_end is None else kv_end - kv_start,
+        "gpu_memory_mib_first": memory[0] if memory else None,
+        "gpu_memory_mib_last": memory[-1] if memory else None,
+        "gpu_memory_mib_max": max((max(m) for m in memory), default=None),
+        "mode_counters": mode_line, "samples": samples,
+    }
+
+
+def markdown(summary: dict) -> str:
+    rows = [("requests sent", summary["requests"]), ("errors", summary["errors"]),
+            *((f"outcome: {k}", v) for k, v in sorted(summary["by_outcome"].items())),
+            *((f"kind: {k}", v) for k, v in sorted(summary["by_kind"].items())),
+            ("KV tokens in use at start / end", f"{summary['kv_tokens_start']} / {summary['kv_tokens_end']}"),
+            ("GPU memory (MiB) first / last / max", f"{summary['gpu_memory_mib_first']} / "
+             f"{summary['gpu_memory_mib_last']} / {summary['gpu_memory_mib_max']}"),
+            ("mode counters at the end", summary["mode_counters"] or "-")]
+    return "| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
+
+
+def plot(summary: dict, path: Path) -> bool:
+    from sglang_adaptive.bench.report import _pyplot
+
+    plt = _pyplot()
+    samples = summary["samples"]
+    if plt is None or not samples:
+        return False
+    fig, (ax_m, ax_k) = plt.subplots(2, 1, figsize=(7, 5), dpi=100, sharex=True)
+    ts = [t / 60 for t, _, _ in samples]
+    for gpu in range(max((len(m) for _, m, _ in samples), default=0)):
+        ax_m.plot(ts, [m[gpu] if len(m) > gpu else float("nan") for _, m, _ in samples], label=f"GPU {gpu}")
+    ax_m.set_ylabel("GPU memory used (MiB)")
+    ax_m.legend(fontsize=8)
+    ax_k.plot(ts, [k if k is not None else float("nan") for _, _, k in samples])
+    ax_k.set_ylabel("KV tokens in use")
+    ax_k.set_xlabel("minutes")
+    for ax in (ax_m, ax_k):
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=20.0)
+    p.add_argument("--low", type=float, default=1.0, help="requests/s at the trough")
+    p.add_argument("--high", type=float, default=40.0, help="requests/s at the peak")
+    p.add_argument("--period", type=float, default=240.0, help="seconds from trough to trough")
+    p.add_argument("--policy", choices=("threshold", "goodput"), default="threshold")
+    p.add_argument("--threshold", type=int, default=16)
+    p.add_argument("--acc-len", type=float, default=2.5)
+    p.add_argument("--sample-every", type=float, default=5.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="benchmark/results/latest/soak")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    pair = configs.dummy_pair(args.acc_len)
+    label = "adaptive-threshold" if args.policy == "threshold" else "adaptive-goodput"
+    (config,) = configs.server_configs(pair, (label,), threshold=args.threshold)
+    server = Server(f"soak-{label}", config.args + ["--enable-metrics"], {**config.env, **STRICT_ENV},
+                    log_dir=out)
+    times = arrivals(60 * args.minutes, args.low, args.high, args.period, args.seed)
+    rng = random.Random(args.seed)
+    kinds = [draw_kind(rng) for _ in times]
+    reqs = [make_request(k, rng, vocab=32000) for k in kinds]
+    print(f"soak: {len(times)} requests over {args.minutes} min, {label}; log {server.log_path}", flush=True)
+
+    samples: list = []
+
+    def on_tick(t):
+        samples.append((round(t, 1), gpu_memory_mib(), kv_tokens_in_use(scrape(server.url))))
+
+    server.start()
+    try:
+        time.sleep(2)
+        kv_start = kv_tokens_in_use(scrape(server.url))
+        outcomes = asyncio.run(drive(server.url, times, kinds, reqs, timeout=60 * args.minutes + 600,
+                                     on_tick=on_tick, tick_s=args.sample_every))
+        server.settle(quiet=3.0, limit=60.0)
+        time.sleep(5)  # the gauges refresh on the scheduler's next report
+        kv_end = kv_tokens_in_use(scrape(server.url))
+        log = server.log_text()
+        mode = re.findall(r"AdaptiveEAGLE (decode batches: .*)", log)
+    finally:
+        server.stop()
+    summary = summarize(outcomes, samples, kv_start, kv_end, mode[-1] if mode else None)
+    (out / "soak.json").write_text(json.dumps({"args": vars(args), **summary}, indent=1))
+    (out / "soak.md").write_text(markdown(summary))
+    plot(summary, out / "soak.png")
+    print(markdown(summary))
+    leaked = summary["kv_leak"] not in (0, None)
+    return 1 if summary["errors"] or leaked else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
