@@ -16,6 +16,7 @@ step-cost table rank 0 shares with every rank (``set_costs``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sglang_adaptive import costs
@@ -146,8 +147,10 @@ class GoodputPolicy(ModePolicy):
     step times of the shared cost table (``costs``). No hand-set number decides:
     - a mode without a measured step time near this batch size (within a factor 2)
       is run, so that it gets one;
-    - after ``probe_every`` plain steps in a row one speculative step runs, so the
-      acceptance estimate stays fresh while plain (1% of steps by default);
+    - while plain, one speculative step runs now and then, so the acceptance estimate
+      stays fresh: after ``probe_every`` plain steps in a row, or more where a
+      speculative step costs more, so that probes cost at most ``probe_budget`` (1%)
+      of the time (at batch 128 on the K2.5 shape, about one in 350 steps);
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap.
     """
@@ -155,10 +158,10 @@ class GoodputPolicy(ModePolicy):
     name = POLICY_GOODPUT
     uses_costs = True
 
-    def __init__(self, num_steps: int, *, probe_every: int = 100, hysteresis: float = 0.05,
-                 half_life: float = 64.0):
+    def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
+                 hysteresis: float = 0.05, half_life: float = 64.0):
         self.acceptance = AcceptanceEstimator(num_steps, half_life=half_life)
-        self.probe_every, self.hysteresis = probe_every, hysteresis
+        self.probe_every, self.probe_budget, self.hysteresis = probe_every, probe_budget, hysteresis
         self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}}
         self._launched = 0
         self._plain_run = 0
@@ -179,6 +182,12 @@ class GoodputPolicy(ModePolicy):
     def _measured_near(by_bucket: dict, batch_size: int) -> bool:
         return any(batch_size / 2 <= b <= 2 * batch_size for b in by_bucket)
 
+    def probe_interval(self, t_plain: float, t_spec: float) -> int:
+        """Plain steps between probes: a probe costs t_spec - t_plain more than the
+        plain step it replaces, which must stay within probe_budget of the time."""
+        extra = max(0.0, t_spec / t_plain - 1.0)
+        return max(self.probe_every, math.ceil(extra / self.probe_budget))
+
     def predicted(self, batch_size: int) -> tuple[float, float] | None:
         """(plain, speculative) predicted tokens per second per request; None while a
         mode has no step time near this batch size."""
@@ -193,16 +202,18 @@ class GoodputPolicy(ModePolicy):
             return True
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):
             return False
-        if self._plain_run >= self.probe_every:
+        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size)
+        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size)
+        if self._plain_run >= self.probe_interval(t_plain, t_spec):
             return True
-        plain, spec = self.predicted(batch_size)
+        plain, spec = 1.0 / t_plain, self.acceptance.expected_tokens() / t_spec
         if self._last:  # speculating: stay unless plain is clearly better
             return spec >= plain * (1 - self.hysteresis)
         return spec > plain * (1 + self.hysteresis)
 
     def describe(self) -> str:
         return (f"goodput(measured step costs, acceptance over {self.acceptance.k} draft positions, "
-                f"probe every {self.probe_every} plain steps, hysteresis {self.hysteresis:.0%})")
+                f"probes within {self.probe_budget:.0%} of the time, hysteresis {self.hysteresis:.0%})")
 
 
 @dataclass(frozen=True)
