@@ -109,6 +109,7 @@ class AdaptiveModeController(ModeController):
         share: Callable[[dict], dict] | None = None,
         sync_every: int = 32,
         cost_table_path: str | None = None,
+        writes_table: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         telemetry: NoTelemetry | None = None,
     ):
@@ -125,8 +126,11 @@ class AdaptiveModeController(ModeController):
         self.share = share or (lambda table: table)
         self.sync_every = sync_every
         # A TP collective: only where the table is read (goodput) or kept (a path).
+        # Every rank must make the same choice, so it depends on the flags only;
+        # ``writes_table`` (rank 0) says who writes the file and logs the table.
         self._syncs = bool(sync_every) and (policy.uses_costs or cost_table_path is not None)
         self.cost_table_path = cost_table_path
+        self.writes_table = writes_table
         self.clock = clock
         self._last_prepare: tuple | None = None  # (time, speculative, batch size, forward_iter)
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
@@ -179,6 +183,8 @@ class AdaptiveModeController(ModeController):
         Called at the same decode batch on every rank (a collective under TP)."""
         table = self.share(self.costs.table())
         self.policy.set_costs(table)
+        if not self.writes_table:
+            return
         buckets = sum(len(v) for v in table.values())
         if buckets != self._synced_buckets:
             self._synced_buckets = buckets

@@ -53,7 +53,8 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             audit_kv=os.environ.get(AUDIT_KV_ENV, "0") == "1",
             # Rank 0's step costs on every rank: the ranks must decide alike.
             share=lambda table: tp_group.broadcast_object(table, src=0),
-            cost_table_path=config.cost_table_path if tp_group.rank_in_group == 0 else None,
+            cost_table_path=config.cost_table_path,
+            writes_table=tp_group.rank_in_group == 0,
             telemetry=telemetry.make_telemetry(server_args, tp_group.rank_in_group),
         )
         ctl.install(self.controller)

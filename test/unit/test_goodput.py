@@ -253,3 +253,25 @@ def test_a_cost_table_path_that_is_not_a_regular_file_is_written_through(tmp_pat
     reader.join(timeout=10)
     assert json.loads(got[0])["seconds_per_step"]["plain"] == {"1": 0.002}
     assert fifo.is_fifo(), "the pipe must not be replaced by a regular file"
+
+
+def test_every_rank_joins_the_same_syncs_and_only_rank_0_writes_the_table(tmp_path):
+    """The sync is a collective: a rank that skipped one would hang the others."""
+    from sglang_adaptive.policy import ThresholdPolicy
+
+    path = tmp_path / "costs.json"
+    calls = {0: 0, 1: 0}
+
+    def share_of(rank):
+        def share(table):
+            calls[rank] += 1
+            return table
+        return share
+
+    ranks = [ctl.AdaptiveModeController(ThresholdPolicy(8), spec_width=K + 1, share=share_of(r), sync_every=4,
+                                        cost_table_path=str(path), writes_table=r == 0) for r in (0, 1)]
+    for i in range(12):
+        for c in ranks:
+            c.on_prepare(True, 4, i)
+    assert calls == {0: 3, 1: 3}
+    assert path.exists() and [p.name for p in tmp_path.iterdir()] == ["costs.json"]
