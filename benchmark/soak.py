@@ -198,7 +198,7 @@ def markdown(summary: dict) -> str:
 
 
 def plot(summary: dict, path: Path) -> bool:
-    from sglang_adaptive.bench.report import _pyplot
+    from sglang_adaptive.bench.report import _pyplot, save
 
     plt = _pyplot()
     samples = summary["samples"]
@@ -216,7 +216,7 @@ def plot(summary: dict, path: Path) -> bool:
     for ax in (ax_m, ax_k):
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    save(fig, path)
     plt.close(fig)
     return True
 

@@ -56,3 +56,6 @@ def test_tradeoff_curves_pair_total_and_per_request_speed_in_concurrency_order(t
     assert report.plot_tradeoff(rows, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
     assert not report.plot_tradeoff([], tmp_path / "none.png")
+    from PIL import Image
+
+    assert Image.open(tmp_path / "t.png").mode == "P"  # 64 colours: committed plots stay small
