@@ -160,8 +160,8 @@ async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict]
         async def ticker():
             while True:
                 await asyncio.sleep(tick_s)
-                if on_tick:
-                    on_tick(time.monotonic() - t0)
+                if on_tick:  # nvidia-smi and /metrics block: keep the sends on time
+                    await asyncio.to_thread(on_tick, time.monotonic() - t0)
 
         tick = asyncio.ensure_future(ticker())
         await asyncio.gather(*(one(t, k, r) for t, k, r in zip(times, kinds, reqs)))
