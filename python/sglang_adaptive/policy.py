@@ -188,15 +188,6 @@ class GoodputPolicy(ModePolicy):
         extra = max(0.0, t_spec / t_plain - 1.0)
         return max(self.probe_every, math.ceil(extra / self.probe_budget))
 
-    def predicted(self, batch_size: int) -> tuple[float, float] | None:
-        """(plain, speculative) predicted tokens per second per request; None while a
-        mode has no step time near this batch size."""
-        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size)
-        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size)
-        if t_plain is None or t_spec is None:
-            return None
-        return 1.0 / t_plain, self.acceptance.expected_tokens() / t_spec
-
     def speculate(self, batch_size: int) -> bool:
         if not self._measured_near(self.costs[costs.SPEC], batch_size):
             return True
