@@ -36,7 +36,7 @@ from pathlib import Path
 
 from sglang_adaptive.bench import configs
 from sglang_adaptive.bench.client import _one
-from sglang_adaptive.testing import Server, client_session
+from sglang_adaptive.testing import Server, abort_by_rid, client_session, disconnect_midstream
 
 KINDS = ("greedy", "logprobs", "one-token", "parallel-2", "sampled-penalties", "stop-ids",
          "disconnect", "abort-request")
@@ -91,28 +91,6 @@ def make_request(kind: str, rng: random.Random, vocab: int, in_len=(16, 512), ou
     return req
 
 
-async def _disconnect(session, url: str, req: dict, after: float) -> str:
-    """Start streaming, then drop the connection: the server must abort the request."""
-    try:
-        async with session.post(url + "/generate", json={**req, "stream": True}) as r:
-            t0 = time.monotonic()
-            async for _ in r.content:
-                if time.monotonic() - t0 > after:
-                    break
-        return "disconnected"
-    except Exception as e:
-        return f"error: {type(e).__name__}"
-
-
-async def _abort_request(session, url: str, req: dict, after: float) -> str:
-    task = asyncio.ensure_future(_one(session, url, req))
-    await asyncio.sleep(after)
-    async with session.post(url + "/abort_request", json={"rid": req["rid"]}) as r:
-        status = r.status
-    rec = await task
-    return "aborted" if status == 200 and rec.error is None else f"error: {rec.error or status}"
-
-
 def kv_tokens_in_use(metrics_text: str) -> int | None:
     """KV tokens in use from a ``/metrics`` scrape (summed over its label sets)."""
     found = USED_TOKENS.findall(metrics_text)
@@ -148,13 +126,18 @@ async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict]
 
         async def one(at, kind, req):
             await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
-            if kind == "disconnect":
-                outcome = await _disconnect(s, url, req, rng.uniform(0.05, 1.0))
-            elif kind == "abort-request":
-                outcome = await _abort_request(s, url, req, rng.uniform(0.05, 1.0))
-            else:
-                rec = await _one(s, url, req)
-                outcome = "ok" if rec.error is None else f"error: {rec.error}"
+            try:
+                if kind == "disconnect":  # or "finished before the disconnect": short requests may
+                    outcome = await disconnect_midstream(s, url, req, chunks=rng.randint(1, 50))
+                elif kind == "abort-request":
+                    status = await abort_by_rid(s, url, req, after=rng.uniform(0.05, 1.0))
+                    outcome = ("aborted" if status == "200 abort" else
+                               "finished before the abort" if status.startswith("200 ") else f"error: {status}")
+                else:
+                    rec = await _one(s, url, req)
+                    outcome = "ok" if rec.error is None else f"error: {rec.error}"
+            except Exception as e:  # counted, with the first ones listed in the summary
+                outcome = f"error: {type(e).__name__}: {e}"[:200]
             outcomes.append((kind, outcome))
 
         async def ticker():

@@ -177,17 +177,46 @@ def client_session(timeout: float) -> aiohttp.ClientSession:
                                  connector=aiohttp.TCPConnector(limit=0))
 
 
+async def post_generate(session: aiohttp.ClientSession, url: str, req: dict):
+    """One non-streaming ``/generate``; its response body (a list when ``n`` > 1)."""
+    async with session.post(url + "/generate", json=req) as r:
+        body = await r.json()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {body}")
+        return body
+
+
+async def disconnect_midstream(session: aiohttp.ClientSession, url: str, req: dict, chunks: int = 4) -> str:
+    """Stream ``req`` and drop the connection after ``chunks`` chunks: the server must
+    abort the request on its own. Returns "disconnected", or what happened instead."""
+    async with session.post(url + "/generate", json={**req, "stream": True}) as r:
+        seen = 0
+        async for line in r.content:
+            if line.strip().startswith(b"data:"):
+                seen += 1
+                if seen >= chunks:
+                    return "disconnected"
+    return "finished before the disconnect"
+
+
+async def abort_by_rid(session: aiohttp.ClientSession, url: str, req: dict, after: float) -> str:
+    """Send ``req`` (it needs a ``rid``), ``/abort_request`` it ``after`` seconds later;
+    returns the abort call's HTTP status and the request's finish reason, e.g. "200 abort"."""
+    task = asyncio.ensure_future(post_generate(session, url, req))
+    await asyncio.sleep(after)
+    async with session.post(url + "/abort_request", json={"rid": req["rid"]}) as r:
+        status = r.status
+    body = await task
+    return f"{status} {body['meta_info']['finish_reason']['type']}"
+
+
 async def _run(url: str, reqs: list[dict], concurrency, timeout: float) -> list[dict]:
     """``concurrency``: an int, or a list of (start_index, concurrency) ramp steps."""
     results: list[dict | None] = [None] * len(reqs)
     ramp = [(0, concurrency)] if isinstance(concurrency, int) else list(concurrency)
     async with client_session(timeout) as s:
         async def one(i):
-            async with s.post(url + "/generate", json=reqs[i]) as r:
-                body = await r.json()
-                if r.status != 200:
-                    raise RuntimeError(f"HTTP {r.status}: {body}")
-                results[i] = body
+            results[i] = await post_generate(s, url, reqs[i])
 
         for k, (start, c) in enumerate(ramp):
             end = ramp[k + 1][0] if k + 1 < len(ramp) else len(reqs)

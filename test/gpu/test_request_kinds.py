@@ -29,7 +29,16 @@ import pytest
 from suite import DEBUG_ENV, assert_modes, base_args, configs, require_gpu
 from test_tiny_pair import PAIR, text_requests
 
-from sglang_adaptive.testing import LOG_ERROR_MARKERS, Server, client_session, mismatching_requests, run_configs
+from sglang_adaptive.testing import (
+    LOG_ERROR_MARKERS,
+    Server,
+    abort_by_rid,
+    client_session,
+    disconnect_midstream,
+    mismatching_requests,
+    post_generate,
+    run_configs,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -66,43 +75,15 @@ def kind_requests(n: int = 32) -> dict[str, list[dict]]:
     return out
 
 
-async def _post(session, url, req):
-    async with session.post(url + "/generate", json=req) as r:
-        body = await r.json()
-        if r.status != 200:
-            raise RuntimeError(f"HTTP {r.status}: {body}")
-        return body
-
-
-async def _disconnect(session, url, req, chunks: int = 4) -> str:
-    async with session.post(url + "/generate", json={**req, "stream": True}) as r:
-        seen = 0
-        async for line in r.content:
-            if line.strip().startswith(b"data:"):
-                seen += 1
-                if seen >= chunks:
-                    return "disconnected"
-    return "finished before the disconnect"
-
-
-async def _abort(session, url, req) -> str:
-    task = asyncio.ensure_future(_post(session, url, req))
-    await asyncio.sleep(0.3)
-    async with session.post(url + "/abort_request", json={"rid": req["rid"]}) as r:
-        status = r.status
-    body = await task
-    return f"{status} {body['meta_info']['finish_reason']['type']}"
-
-
 async def serve_kinds(url: str, reqs: dict[str, list[dict]]) -> dict:
     out = {}
     async with client_session(600) as s:
         for kind in (*GREEDY_KINDS, "sampled"):
-            out[kind] = await asyncio.gather(*(_post(s, url, r) for r in reqs[kind]))
-        out["disconnect"] = await asyncio.gather(*(_disconnect(s, url, r) for r in reqs["disconnect"]))
-        out["abort"] = await asyncio.gather(*(_abort(s, url, r) for r in reqs["abort"]))
+            out[kind] = await asyncio.gather(*(post_generate(s, url, r) for r in reqs[kind]))
+        out["disconnect"] = await asyncio.gather(*(disconnect_midstream(s, url, r) for r in reqs["disconnect"]))
+        out["abort"] = await asyncio.gather(*(abort_by_rid(s, url, r, after=0.3) for r in reqs["abort"]))
         await asyncio.sleep(3)  # the aborted requests drain; the idle memory check runs
-        out["after-aborts"] = await asyncio.gather(*(_post(s, url, r) for r in reqs["after-aborts"]))
+        out["after-aborts"] = await asyncio.gather(*(post_generate(s, url, r) for r in reqs["after-aborts"]))
     return out
 
 

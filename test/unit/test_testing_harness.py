@@ -148,3 +148,54 @@ def test_servers_side_by_side_get_their_own_rendezvous_port():
     assert ports[0] != ports[1] and str(a.port) not in ports and str(b.port) not in ports
     given = testing.Server("c", ["--nccl-port", "4000"]).command()
     assert given.count("--nccl-port") == 1
+
+
+def test_abort_and_disconnect_clients_against_a_stand_in_server():
+    """The GPU request-kind test and the soak script abort requests through these."""
+    import asyncio
+
+    from aiohttp import web
+
+    aborted = set()
+
+    async def generate(request):
+        req = await request.json()
+        if req.get("stream"):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            for i in range(20):
+                await resp.write(f'data: {{"output_ids": [{i}]}}\n\n'.encode())
+                await asyncio.sleep(0.01)
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        for _ in range(50):  # finishes after 0.5 s unless aborted
+            if req.get("rid") in aborted:
+                return web.json_response({"meta_info": {"finish_reason": {"type": "abort"}}})
+            await asyncio.sleep(0.01)
+        return web.json_response({"meta_info": {"finish_reason": {"type": "length"}}})
+
+    async def abort(request):
+        aborted.add((await request.json())["rid"])
+        return web.json_response({})
+
+    async def main():
+        app = web.Application()
+        app.add_routes([web.post("/generate", generate), web.post("/abort_request", abort)])
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        try:
+            async with testing.client_session(30) as s:
+                return (await testing.disconnect_midstream(s, url, {}, chunks=3),
+                        await testing.disconnect_midstream(s, url, {}, chunks=100),
+                        await testing.abort_by_rid(s, url, {"rid": "a"}, after=0.1),
+                        await testing.post_generate(s, url, {"rid": "c"}))
+        finally:
+            await runner.cleanup()
+
+    cut, finished, aborted_status, plain = asyncio.run(main())
+    assert cut == "disconnected" and finished == "finished before the disconnect"
+    assert aborted_status == "200 abort"
+    assert plain["meta_info"]["finish_reason"]["type"] == "length"
