@@ -60,3 +60,15 @@ def _reset_controller():
     controller.reset()
     yield
     controller.reset()
+
+
+def assert_greedy_generation_repeats(model, tok) -> None:
+    """A checkpoint transformers loads generates the same 12 greedy tokens twice, from a
+    prompt its tokenizer round-trips."""
+    import torch
+
+    ids = tok("def main():\n    ", return_tensors="pt").input_ids
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
+    again = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
+    assert torch.equal(out, again) and out.shape[1] == ids.shape[1] + 12
+    assert tok.decode(ids[0]) == "def main():\n    "

@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+from conftest import assert_greedy_generation_repeats
+
 import pytest
 
 PAIR = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-pair"
@@ -21,11 +23,7 @@ def test_target_loads_with_the_real_hf_loader_and_generates():
     tok = AutoTokenizer.from_pretrained(PAIR / "target")
     model = AutoModelForCausalLM.from_pretrained(PAIR / "target", dtype=torch.float32)
     assert type(model).__name__ == "LlamaForCausalLM"
-    ids = tok("def main():\n    ", return_tensors="pt").input_ids
-    out = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
-    again = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
-    assert torch.equal(out, again) and out.shape[1] == ids.shape[1] + 12
-    assert tok.decode(ids[0]) == "def main():\n    "
+    assert_greedy_generation_repeats(model, tok)
 
 
 def test_draft_checkpoint_matches_sglang_eagle3_names():

@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+from conftest import assert_greedy_generation_repeats
+
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -184,11 +186,7 @@ def test_target_loads_with_the_real_hf_loader_and_generates():
     assert torch.equal(experts.gate_up_proj[5, inter:], weights[expert + "up_proj.weight"].float())
     assert torch.equal(experts.down_proj[5], weights[expert + "down_proj.weight"].float())
     assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
-    ids = tok("def main():\n    ", return_tensors="pt").input_ids
-    out = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
-    again = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
-    assert torch.equal(out, again) and out.shape[1] == ids.shape[1] + 12
-    assert tok.decode(ids[0]) == "def main():\n    "
+    assert_greedy_generation_repeats(model, tok)
 
 
 def test_draft_checkpoint_matches_sglang_eagle3_names_and_the_target():
