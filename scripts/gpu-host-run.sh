@@ -27,6 +27,13 @@
 #               aborts, strict memory check (longer than one wait: call wait again)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
 #               1-128, no-spec / static EAGLE-3 / threshold / goodput
+#        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
+#               own port): GPU 0 acceptance 2.5 with all four configurations; GPU 1 1.3 (no-spec,
+#               static EAGLE-3, goodput) then 3.5 (EAGLE-3, goodput; its no-spec row is 1.3's)
+#        barrier  wait for the steps running in the background (train, trainmla) before the next.
+#               A TP 2 server started beside them refuses to start ("The memory capacity is
+#               unbalanced": SGLang wants the same free memory on both GPUs), so run k25 before
+#               trainmla or after a barrier
 #        hosttime  scheduler host time per decode iteration (sglang_adaptive.hosttime): the k25
 #               pair at K25_TP (default 2), no-spec against always-plain, closed loop 8, 32, 128
 #
@@ -95,6 +102,17 @@ if [ "$cmd" = start ]; then
                             --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                             --closed 1,2,4,8,16,32,64,128 --rates "" --phases "" --out "$W/goodput-$acc"
                       done ;;
+            goodput2) gp() {  # GPU, port, step name, bench arguments...
+                        local gpu=$1 port=$2 name=$3; shift 3
+                        step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
+                            --closed 1,2,4,8,16,32,64,128 --requests-per-client 2 --rates "" --phases "" \
+                            --out "$W/$name" "$@"
+                      }
+                      gp 0 30000 goodput-2.5 --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput &
+                      { gp 1 31000 goodput-1.3 --acc-len 1.3 --configs plain,eagle3,adaptive-goodput
+                        gp 1 31000 goodput-3.5 --acc-len 3.5 --configs eagle3,adaptive-goodput; } &
+                      wait ;;
+            barrier) wait ;;
             stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \
                         --closed 1,128 --rates "" --phases "" --out "$W/stream" ;;
             *) echo "unknown step $s" >>"$W/progress.log" ;;

@@ -132,7 +132,8 @@ class AdaptiveModeController(ModeController):
         self.cost_table_path = cost_table_path
         self.writes_table = writes_table
         self.clock = clock
-        self._last_prepare: tuple | None = None  # (time, speculative, batch size, forward_iter)
+        # (time, speculative, batch size, forward_iter, the batch before's speculative)
+        self._last_prepare: tuple | None = None
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
         self._synced_buckets = 0
         self.telemetry = telemetry or NoTelemetry()
@@ -149,18 +150,24 @@ class AdaptiveModeController(ModeController):
     def on_prepare(self, speculative: bool, batch_size: int = 0, forward_iter: int | None = None) -> None:
         self._time_step(speculative, batch_size, forward_iter)
         self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
-        self.policy.on_launch(speculative)
+        self.policy.on_launch(speculative, batch_size)
         self.last_decode_width = self.spec_width if speculative else 1
         self.stats.record(speculative)
         total = self.stats.spec_batches + self.stats.plain_batches
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())
-        if self._syncs and total % self.sync_every == 0:
+        if self._syncs and (total % self.sync_every == 0 or self.policy.sync_due()):
             self.sync()
 
     def _time_step(self, speculative: bool, batch_size: int, forward_iter: int | None) -> None:
         """File the wall time from the previous decode prepare to this one under the
         previous batch's mode and size, once it is known to hold that batch only.
+
+        Under the overlap scheduler the host spends that interval launching the
+        previous batch and waiting for the one before it, so the interval counts only
+        when those two ran the same mode: a lone probe (or a switch) measures the
+        neighbouring mode's step, and filing it would make speculation look as cheap
+        as the plain steps around it.
 
         ``forward_iter`` (the scheduler's forward count at this batch's previous
         launch) moves by 1 between two decode batches with nothing in between; a
@@ -175,8 +182,9 @@ class AdaptiveModeController(ModeController):
             if pending is not None and clean:
                 self.costs.add(*pending)
                 self.telemetry.on_step_time(pending[0], pending[2])
-            self._pending = (last[1], last[2], now - last[0])
-        self._last_prepare = (now, speculative, batch_size, forward_iter)
+            if last[4] == last[1]:
+                self._pending = (last[1], last[2], now - last[0])
+        self._last_prepare = (now, speculative, batch_size, forward_iter, last[1] if last else None)
 
     def sync(self) -> None:
         """Share rank 0's step-cost table with every rank and hand it to the policy.

@@ -47,9 +47,13 @@ class StepCosts:
         return out
 
 
-def lookup(by_bucket: dict[int, float], batch_size: int) -> float | None:
+def lookup(by_bucket: dict[int, float], batch_size: int, above: str = "flat") -> float | None:
     """Seconds per step at ``batch_size``: its bucket, else linear between the nearest
-    measured buckets, else the nearest one; None when the mode has no data."""
+    measured buckets, else the smallest bucket's below them; None when the mode has
+    no data. Above the largest measured bucket ``above`` says how to extrapolate:
+    ``flat`` (its time), ``linear`` (along the slope of the two largest, never below
+    the largest's time) or ``proportional`` (its time scaled by the batch size: an
+    upper bound for any step time of the form a + c * batch with a >= 0)."""
     if not by_bucket:
         return None
     b = bucket(batch_size)
@@ -60,6 +64,15 @@ def lookup(by_bucket: dict[int, float], batch_size: int) -> float | None:
     if i == 0:
         return by_bucket[keys[0]]
     if i == len(keys):
-        return by_bucket[keys[-1]]
+        top = keys[-1]
+        if above == "proportional":
+            return by_bucket[top] * b / top
+        if above == "linear" and len(keys) > 1:
+            below = keys[-2]
+            slope = (by_bucket[top] - by_bucket[below]) / (top - below)
+            return by_bucket[top] + max(0.0, slope) * (b - top)
+        if above not in ("flat", "linear"):
+            raise ValueError(f"unknown extrapolation {above!r}")
+        return by_bucket[top]
     lo, hi = keys[i - 1], keys[i]
     return by_bucket[lo] + (by_bucket[hi] - by_bucket[lo]) * (b - lo) / (hi - lo)

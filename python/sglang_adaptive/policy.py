@@ -1,7 +1,7 @@
 """Per-decode-batch mode policies: speculate (EAGLE draft + verify) or run plain decode.
 
 Pure Python on purpose: no torch, no SGLang. A policy is asked ``speculate(bs)`` for
-a candidate decode batch and told ``on_launch(speculative)`` once the scheduler has
+a candidate decode batch and told ``on_launch(speculative, bs)`` once the scheduler has
 committed to a mode. ``speculate`` must be a pure function of the policy state and
 its arguments: the scheduler asks several times per step (memory check, each
 retraction candidate, final prepare) and every answer for the same batch size must
@@ -39,8 +39,13 @@ class ModePolicy:
     def speculate(self, batch_size: int) -> bool:
         return True
 
-    def on_launch(self, speculative: bool) -> None:
+    def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
         pass
+
+    def sync_due(self) -> bool:
+        """Whether the step-cost table should be shared now, beside the controller's
+        schedule; the answer must be the same on every TP rank."""
+        return False
 
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         """Accepted draft tokens of each request of a speculative batch (upstream's
@@ -88,7 +93,7 @@ class AlternatePolicy(ModePolicy):
     def speculate(self, batch_size: int) -> bool:
         return (self._launched // self.period) % 2 == 0
 
-    def on_launch(self, speculative: bool) -> None:
+    def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
         self._launched += 1
 
     def describe(self) -> str:
@@ -146,17 +151,25 @@ class GoodputPolicy(ModePolicy):
     E the expected tokens per speculative step (``AcceptanceEstimator``) and T the
     step times of the shared cost table (``costs``). No hand-set number decides:
     - a mode without a measured step time near this batch size (within a factor 2)
-      is run, so that it gets one;
+      is run, so that it gets one; the controller shares the table after every
+      ``EXPLORE_SYNC`` such steps instead of waiting for its regular schedule;
+    - above the largest measured batch size a speculative step is assumed to grow in
+      proportion to the batch and a plain one along its last slope, so an unmeasured
+      large batch leans plain, the mode whose mistake costs less there (in the 8B
+      sweep a speculative step at batch 128 took 50 ms, a plain one 8.3 ms; read
+      flat from batch 64, 21.5 ms, it looked worth staying in);
     - while plain, one speculative step runs now and then, so the acceptance estimate
       stays fresh: after ``probe_every`` plain steps in a row, or more where a
       speculative step costs more, so that probes cost at most ``probe_budget`` (1%)
-      of the time (at batch 128 on the K2.5 shape, about one in 350 steps);
+      of the time (at batch 128 on the K2.5 shape, about one in 350 steps). A probe
+      does not change the mode the policy is in;
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap.
     """
 
     name = POLICY_GOODPUT
     uses_costs = True
+    EXPLORE_SYNC = 5  # costs.MIN_SAMPLES filed intervals, plus the one still pending
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
@@ -165,7 +178,8 @@ class GoodputPolicy(ModePolicy):
         self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}}
         self._launched = 0
         self._plain_run = 0
-        self._last: bool | None = None
+        self._speculating: bool | None = None  # the mode the policy is in; probes leave it
+        self._explored = 0  # exploration steps launched since the last sync they asked for
 
     def set_costs(self, table: dict) -> None:
         self.costs = {costs.PLAIN: dict(table.get(costs.PLAIN, {})), costs.SPEC: dict(table.get(costs.SPEC, {}))}
@@ -173,10 +187,20 @@ class GoodputPolicy(ModePolicy):
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.acceptance.update(num_correct_drafts_per_req, self._launched)
 
-    def on_launch(self, speculative: bool) -> None:
+    def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
+        # The scheduler asked speculate(batch_size) for this batch just before, with
+        # the same state: _decide tells why it answered as it did.
+        _, why = self._decide(batch_size)
         self._launched += 1
+        self._explored = self._explored + 1 if why == "explore" else 0
+        if speculative and why == "probe":
+            self._plain_run = 0
+            return
         self._plain_run = 0 if speculative else self._plain_run + 1
-        self._last = speculative
+        self._speculating = speculative
+
+    def sync_due(self) -> bool:
+        return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0
 
     @staticmethod
     def _measured_near(by_bucket: dict, batch_size: int) -> bool:
@@ -188,19 +212,26 @@ class GoodputPolicy(ModePolicy):
         extra = max(0.0, t_spec / t_plain - 1.0)
         return max(self.probe_every, math.ceil(extra / self.probe_budget))
 
-    def speculate(self, batch_size: int) -> bool:
+    def _decide(self, batch_size: int) -> tuple[bool, str]:
         if not self._measured_near(self.costs[costs.SPEC], batch_size):
-            return True
+            return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):
-            return False
-        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size)
-        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size)
-        if self._plain_run >= self.probe_interval(t_plain, t_spec):
-            return True
+            return False, "explore"
+        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
+        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
         plain, spec = 1.0 / t_plain, self.acceptance.expected_tokens() / t_spec
-        if self._last:  # speculating: stay unless plain is clearly better
-            return spec >= plain * (1 - self.hysteresis)
-        return spec > plain * (1 + self.hysteresis)
+        if self._speculating:  # speculating: stay unless plain is clearly better
+            if spec >= plain * (1 - self.hysteresis):
+                return True, "goodput"
+            return False, "goodput"
+        if spec > plain * (1 + self.hysteresis):
+            return True, "goodput"
+        if self._plain_run >= self.probe_interval(t_plain, t_spec):
+            return True, "probe"
+        return False, "goodput"
+
+    def speculate(self, batch_size: int) -> bool:
+        return self._decide(batch_size)[0]
 
     def describe(self) -> str:
         return (f"goodput(measured step costs, acceptance over {self.acceptance.k} draft positions, "

@@ -284,6 +284,25 @@ def divergences(ref_results: list[dict], got_ids: list[list[int]]) -> list[Diver
     return out
 
 
+def beyond_ties(ref_results: list[dict], got_ids: list[list[int]], *, tie_gap: float,
+                max_ties: int) -> list[str]:
+    """What keeps ``got_ids`` from being the reference's greedy tokens up to numerical
+    ties: any divergence at a gap above ``tie_gap``, or more than ``max_ties`` of them.
+    Empty when only near-ties flipped.
+
+    For a target whose speculative verify runs other kernels than its decode (MLA:
+    extend against decode attention), upstream's static EAGLE-3 itself leaves the
+    no-spec path at near-ties, in fp32 too; a defect picks a token the reference
+    ranks clearly lower.
+    """
+    div = divergences(ref_results, got_ids)
+    problems = [f"request {d.request} leaves the reference at token {d.token} with a gap of {d.gap:.4g} "
+                f"(ties: <= {tie_gap:g})" for d in div if d.gap > tie_gap]
+    if len(div) > max_ties:
+        problems.append(f"{len(div)} requests diverge at ties, more than {max_ties}")
+    return problems
+
+
 STATS_RE = re.compile(STATS_LOG_PATTERN)
 # SGLang's log prefix names the tensor-parallel rank of a scheduler when --tp > 1:
 # "[2026-11-30 12:00:00 TP1] ..." (other ranks, such as " EP1", may follow it).

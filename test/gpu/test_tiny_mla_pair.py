@@ -13,8 +13,17 @@ host makes them first, with fixed seeds, in about 4 minutes:
 Every configuration runs in fp32 (IEEE dots, deterministic inference, triton
 attention: its MLA kernels take fp32) at tensor parallel 1 and, where two GPUs are
 visible, 2, and must return the fp32 no-spec server's tokens for 200 held-out
-greedy requests, token for token, while showing the modes it claims; the shared
-suite checks graph replays, the plain KV reserve and rank agreement on the same runs.
+greedy requests while showing the modes it claims; the shared suite checks graph
+replays, the plain KV reserve and rank agreement on the same runs.
+
+Token for token up to numerical ties: on MLA the verify runs the extend attention
+kernel and the no-spec server the decode kernel (the same math in another order),
+and upstream's static EAGLE-3 itself left the no-spec path on 2 of 200 requests,
+each where the reference's top two tokens were 1e-4 and 3e-4 apart in logprob
+(``benchmark/results/2026-11-30-h200x2-goodput-mla``). A divergence counts as a tie
+below ``TIE_GAP``, and at most ``MAX_TIES`` requests may have one; a defect (a
+shifted position, a stale KV slot) leaves at a token the reference ranks clearly
+lower. Acceptance is its own test, so that a low one does not hide the tokens.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ from pathlib import Path
 import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
 from suite import ADAPTIVE, DEBUG_ENV, assert_modes, base_args, collect, configs, require_gpu
-from test_tiny_pair import MIN_ACCEPT, assert_same_outputs, min_accept, text_requests
+from test_tiny_pair import MIN_ACCEPT, min_accept, text_requests
+
+from sglang_adaptive.testing import beyond_ties
 
 pytestmark = pytest.mark.gpu
 
@@ -34,6 +45,15 @@ NUM = int(os.environ.get("ADAPTIVE_GPU_NUM", "200"))
 # The issue's five configurations (static EAGLE-3, alternation every step and every
 # 7, threshold under a ramp, always plain) beside the no-spec reference.
 MODES = ("eagle3", "alternate-1", "alternate-7", "threshold-8-ramp", "threshold-0")
+# Within the 256 positions the pair is trained on (--seq 256). The Llama pair's suite
+# lengths (prompts to 400, outputs to 200) reach position 600: replayed on the CPU, its
+# draft accepted 3.0 tokens per verify on requests that stay below 256 and 2.15 on
+# longer ones (step acceptance 0.82/0.70/0.62 against 0.61/0.45/0.38), and the MLA
+# pair served 1.77 on those lengths. Acceptance past the trained context measures
+# extrapolation, not the worker.
+PROMPT, OUTPUT = (16, 128), (8, 128)
+TIE_GAP = 1e-3  # logprob; the ties seen were 1e-4 and 3e-4
+MAX_TIES = 4  # of 200 requests; static EAGLE-3 had 2
 ENV32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
 
 
@@ -69,24 +89,32 @@ def runs():
             if label != "plain":
                 references[tp_label(label, tp)] = tp_label("plain", tp)
     # The prompts are the Llama pair's held-out tokens: both pairs share its tokenizer.
-    return collect("tiny-mla-pair", table, text_requests(NUM), references=references)
+    return collect("tiny-mla-pair", table, text_requests(NUM, prompt=PROMPT, output=OUTPUT),
+                   references=references)
 
 
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("mode", MODES)
-def test_greedy_tokens_equal_plain_server_token_for_token_in_fp32(runs, mode, tp):
+def test_greedy_tokens_equal_plain_server_up_to_numerical_ties_in_fp32(runs, mode, tp):
     if tp_label(mode, tp) not in runs:
         pytest.skip(f"tensor parallel {tp} needs {tp} GPUs")
     ref, got = runs[tp_label("plain", tp)].check(), runs[tp_label(mode, tp)].check()
     if mode in ADAPTIVE:
         stats = assert_modes(mode, got)
-        if stats["spec"]:
-            assert got.spec_accept_length() >= min_accept(mode), got.spec_accept_length()
         if tp > 1:
             per_rank = got.stats_per_rank()
             assert sorted(per_rank) == list(range(tp)), per_rank
             assert all(s["plain"] == stats["plain"] and s["spec"] == stats["spec"] for s in per_rank.values())
-    else:
-        assert got.accept_length() >= MIN_ACCEPT, got.accept_length()
-    assert_same_outputs(ref, got)
+    assert beyond_ties(ref.results, got.ids, tie_gap=TIE_GAP, max_ties=MAX_TIES) == []
 
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("mode", MODES)
+def test_speculative_batches_accept_what_the_trained_draft_should(runs, mode, tp):
+    if tp_label(mode, tp) not in runs:
+        pytest.skip(f"tensor parallel {tp} needs {tp} GPUs")
+    got = runs[tp_label(mode, tp)].check()
+    if mode not in ADAPTIVE:
+        assert got.accept_length() >= MIN_ACCEPT, got.accept_length()
+    elif assert_modes(mode, got)["spec"]:
+        assert got.spec_accept_length() >= min_accept(mode), got.spec_accept_length()

@@ -84,6 +84,7 @@ class FakeSGLang:
     def __init__(self, step_s=0.002):
         self.step_s, self.n, self.peak, self.live = step_s, 0, 0, 0
         self.log = []
+        self.out_lens = []  # max_new_tokens of every request, in arrival order
         app = web.Application()
         app.router.add_post("/generate", self.generate)
         self.runner = web.AppRunner(app)
@@ -112,6 +113,7 @@ class FakeSGLang:
         self.live += 1
         self.peak = max(self.peak, self.live)
         n_out = body["sampling_params"]["max_new_tokens"]
+        self.out_lens.append(n_out)
         resp = web.StreamResponse()
         await resp.prepare(request)
         for i in range(n_out):
@@ -174,12 +176,14 @@ def test_connection_errors_are_recorded():
 
 # -- the orchestrator, end to end with fake servers --------------------------------
 
-def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys):
-    started = []
+def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys, monkeypatch):
+    started, ports = [], []
+    monkeypatch.setenv("ADAPTIVE_GPU_PORT_BASE", "31000")  # a second sweep beside the first
 
     class FakeServer:
-        def __init__(self, label, args, env, log_dir):
+        def __init__(self, label, args, env, log_dir, port):
             self.label, self.args, self.env = label, args, env
+            ports.append(port)
             self.url = fake.url
             self.t0 = time.time()
 
@@ -197,11 +201,18 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys):
             t = int(self.t0)
             return mode_log(t - 2, [(k, 5 * k, k, k // 10) for k in range(60)])  # one line a second
 
+    before = len(fake.out_lens)
     rc = bench.main(["--pair", "dummy", "--closed", "1,4", "--rates", "50", "--open-seconds", "0.2",
-                     "--phases", "0.3:1,0.3:4", "--out-len", "4", "--in-len", "3",
+                     "--phases", "0.3:1,0.3:6", "--out-len", "4", "--in-len", "3",
                      "--out", str(tmp_path)], server_factory=FakeServer)
+    # Each started server first gets an unmeasured warm-up at the peak load (6, the
+    # phased load's): 12 requests of bench.WARMUP_OUT_LEN tokens, before any measured one.
+    sent = fake.out_lens[before:]
+    warm = [i for i, n in enumerate(sent) if n == bench.WARMUP_OUT_LEN]
+    assert len(warm) == 12 * 4 and sent[:12] == [bench.WARMUP_OUT_LEN] * 12
     assert rc == 1  # one configuration failed; the others are reported
     assert started == ["plain", "eagle3", "adaptive-threshold", "adaptive-goodput"]
+    assert set(ports) == {31000}
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [(r["label"], r["workload"]) for r in rows] == [
         (label, kind) for label in started for kind in ("closed", "closed", "open", "phased")]

@@ -155,6 +155,69 @@ def test_hysteresis_keeps_the_current_mode_when_predictions_are_close():
     assert p.speculate(8) is True
 
 
+# What the 8B server logged at c=128 (acceptance 2.5), before batch 128 had a
+# speculative time: plain 64 and 128 measured, speculative only up to 64.
+SWEEP_8B = table(plain={1: 4.78, 4: 4.89, 16: 5.38, 32: 5.87, 64: 6.91, 128: 7.83},
+                 spec={1: 7.04, 2: 7.12, 4: 7.23, 8: 8.55, 16: 11.04, 32: 16.04, 64: 21.53})
+
+
+def test_lookup_extrapolates_above_the_largest_bucket_as_asked():
+    by = {32: 0.016, 64: 0.0215}
+    assert costs.lookup(by, 128) == 0.0215  # flat
+    assert costs.lookup(by, 128, above="proportional") == pytest.approx(0.043)
+    assert costs.lookup(by, 128, above="linear") == pytest.approx(0.0215 + 0.0055 * 2)
+    assert costs.lookup({64: 0.0215}, 128, above="linear") == 0.0215  # one bucket: flat
+    assert costs.lookup({32: 0.02, 64: 0.01}, 128, above="linear") == 0.01  # never below
+    with pytest.raises(ValueError, match="unknown extrapolation"):
+        costs.lookup(by, 128, above="quadratic")
+
+
+def test_an_unmeasured_large_batch_leans_plain_and_a_probe_does_not_hold_speculation():
+    """The 8B sweep at c=128: a probe at batch 128, then the old policy stayed in
+    speculation for 26 steps of 50 ms (plain: 8.3 ms), reading batch 64's 21.5 ms."""
+    p = GoodputPolicy(K)
+    p.set_costs(SWEEP_8B)
+    feed(p, accepted=2, steps=3)  # E about 2.7 after a probe's verify
+    p.on_launch(False, 128)
+    assert p.speculate(128) is False
+    p._plain_run = 10_000  # a probe is due
+    assert p.speculate(128) is True
+    p.on_launch(True, 128)
+    p.on_verify([2] * 128)
+    assert p.speculate(128) is False  # back to plain at once
+    p.on_launch(False, 128)
+    assert p._plain_run == 1
+    # Within the measured range nothing changed: batch 16 speculates.
+    assert p.speculate(16) is True
+    # Where the two modes predict within the hysteresis, a probe leaves the policy
+    # plain: the step after it is plain again, not "speculating, so stay".
+    e = p.acceptance.expected_tokens()
+    p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.03}))
+    assert p.speculate(8) is False
+    p._plain_run = 10_000
+    p.on_launch(p.speculate(8), 8)
+    assert p.speculate(8) is False
+
+
+def test_exploration_asks_for_a_sync_every_few_steps():
+    p = GoodputPolicy(K)
+    asked = []
+    for _ in range(12):
+        p.on_launch(p.speculate(4), 4)
+        asked.append(p.sync_due())
+    assert asked == [False, False, False, False, True] * 2 + [False, False]
+    p.set_costs(table(plain={4: 2.0}, spec={4: 5.0}))
+    p.on_launch(p.speculate(4), 4)
+    assert not p.sync_due()
+    # The controller shares the table then, not only on its schedule.
+    shared = []
+    c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, sync_every=32,
+                                   share=lambda t: shared.append(t) or t)
+    for i in range(10):
+        c.on_prepare(c.speculate(4), 4, i)
+    assert len(shared) == 2
+
+
 def test_a_mode_without_a_step_time_near_the_batch_size_is_run_to_measure_it():
     p = GoodputPolicy(K)
     assert p.speculate(4) is True  # nothing measured: speculate first
@@ -211,11 +274,34 @@ def test_controller_files_clean_intervals_only_and_shares_the_table_on_a_schedul
         clock.t += 0.004
         c.on_prepare(False, 8, it)
     local = c.costs._samples[(costs.PLAIN, 8)]
-    # 9 intervals between 10 prepares: the last still pending, one holding a prefill.
-    assert len(local) == 9 - 1 - 1, local
+    # 9 intervals between 10 prepares: the last still pending, one holding a prefill,
+    # and the first without a batch before it whose mode is known.
+    assert len(local) == 9 - 1 - 1 - 1, local
     assert shared and policy.costs == {costs.PLAIN: {8: 0.003}, costs.SPEC: {8: 0.006}}
     doc = json.loads(path.read_text())
     assert doc["seconds_per_step"]["plain"] == {"8": 0.003} and len(doc["acceptance_per_position"]) == K
+
+
+def test_a_lone_probe_files_no_speculative_time_and_spoils_no_plain_one():
+    """Under overlap the interval after a batch's prepare holds the wait for the batch
+    before it: an interval counts only between two batches of the same mode."""
+    clock = Clock()
+    c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, clock=clock)
+    c.costs = costs.StepCosts(min_samples=1)
+    modes = [False] * 10 + [True] + [False] * 10 + [True] * 6 + [False] * 3
+    for it, spec in enumerate(modes):
+        # The interval that ends here holds the GPU step of the batch two prepares back.
+        clock.t += (0.020 if modes[it - 2] else 0.005) if it >= 2 else 0.001
+        c.on_prepare(spec, 64, it)
+    plain = list(c.costs._samples[(costs.PLAIN, 64)])
+    spec = list(c.costs._samples[(costs.SPEC, 64)])
+    # Filed: the interval after prepare k (k >= 1, filed two prepares later) where
+    # batches k - 1 and k ran the same mode. The probe at 10 gives none; nor do the
+    # intervals right after a switch.
+    filed = [modes[k] for k in range(1, len(modes) - 2) if modes[k - 1] == modes[k]]
+    assert len(spec) == filed.count(True) == 5 and len(plain) == filed.count(False)
+    assert all(abs(t - 0.005) < 1e-9 for t in plain), plain
+    assert all(abs(t - 0.020) < 1e-9 for t in spec), spec
 
 
 def test_controller_passes_verify_results_to_the_policy():

@@ -14,6 +14,9 @@ missing = hosttime.install(sys.argv[1])
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 batch = NS(forward_mode=ForwardMode.DECODE, reqs=[1, 2, 3])
+import gc
+hosttime._state["bs"] = "decode-3"
+gc.collect(1)  # a pause while the scheduler runs a decode batch of 3
 hosttime._state["last_dump"] = -1e9
 try:
     Scheduler.run_batch(NS(), batch)
@@ -31,3 +34,5 @@ def test_every_target_exists_and_calls_are_bucketed_by_decode_batch_size(tmp_pat
     (dump,) = tmp_path.glob("hosttime-*.json")
     cell = json.loads(dump.read_text())["buckets"]["decode-3"]["sglang.srt.managers.scheduler:Scheduler.run_batch"]
     assert cell["calls"] == 1 and cell["s"] >= 0
+    gc_cell = json.loads(dump.read_text())["buckets"]["decode-3"]["gc.gen1"]
+    assert gc_cell["calls"] >= 1 and gc_cell["s"] > 0

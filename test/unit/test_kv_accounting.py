@@ -30,7 +30,7 @@ class ScriptedPolicy(ModePolicy):
     def speculate(self, batch_size):
         return self.next
 
-    def on_launch(self, speculative):
+    def on_launch(self, speculative, batch_size=1):
         self.next = self.rng.random() < 0.5
 
 

@@ -58,9 +58,9 @@ def test_prometheus_series_count_batches_switches_steps_and_acceptance():
     registry = CollectorRegistry()
     tel = PrometheusTelemetry({"model_name": "m"}, registry=registry)
     t = [0.0]
-    c = ctl.AdaptiveModeController(AlternatePolicy(2), spec_width=4, telemetry=tel, clock=lambda: t[0],
+    c = ctl.AdaptiveModeController(AlternatePolicy(3), spec_width=4, telemetry=tel, clock=lambda: t[0],
                                    sync_every=0)
-    for i in range(6):  # S S P P S S, one decode batch per forward, 5 ms apart
+    for i in range(8):  # S S S P P P S S, one decode batch per forward, 5 ms apart
         t[0] += 0.005
         c.on_prepare(c.speculate(8), 8, 100 + i)
     c.on_verify([0, 3, 2])
@@ -68,11 +68,13 @@ def test_prometheus_series_count_batches_switches_steps_and_acceptance():
     def value(name, **labels):
         return registry.get_sample_value("sglang_adaptive_" + name, {"model_name": "m", **labels})
 
-    assert value("decode_batches_total", mode="spec") == 4 and value("decode_batches_total", mode="plain") == 2
+    assert value("decode_batches_total", mode="spec") == 5 and value("decode_batches_total", mode="plain") == 3
     assert value("mode_switches_total") == 2
     assert value("speculative_mode") == 1
     assert value("verify_requests_total") == 3 and value("verify_tokens_total") == 3 + 5
-    # 5 intervals, the last still pending: 4 filed, 2 after speculative batches, 2 after plain ones.
+    # The interval after prepare k is filed two prepares later, and only when batches
+    # k - 1 and k ran the same mode: k = 1, 2 (speculative) and 4, 5 (plain); k = 3
+    # and 6 follow a switch.
     assert value("decode_step_seconds_count", mode="spec") == 2
     assert value("decode_step_seconds_count", mode="plain") == 2
     assert value("decode_step_seconds_sum", mode="plain") == pytest.approx(0.010)

@@ -111,6 +111,19 @@ def test_divergences_measure_the_reference_gap_at_the_first_difference():
     assert div[2].gap == float("inf")
 
 
+def test_beyond_ties_accepts_near_ties_only_and_only_a_few():
+    tops = [{5: -0.1, 6: -3.0}, {7: -0.7000, 8: -0.7003, 9: -4.0}, {1: -0.2, 2: -2.0}]
+    ref = [_ref([5, 7, 1], tops)] * 3
+    assert testing.beyond_ties(ref, [[5, 7, 1], [5, 8, 2], [5, 7, 1]], tie_gap=1e-3, max_ties=1) == []
+    # Two near-ties where one is allowed; a clear loser; a shorter output.
+    assert testing.beyond_ties(ref, [[5, 8, 2], [5, 8, 2], [5, 7, 1]], tie_gap=1e-3, max_ties=1) == [
+        "2 requests diverge at ties, more than 1"]
+    (wide,) = testing.beyond_ties(ref, [[6, 7, 1], [5, 7, 1], [5, 7, 1]], tie_gap=1e-3, max_ties=1)
+    assert wide.startswith("request 0 leaves the reference at token 0 with a gap of 2.9")
+    (short,) = testing.beyond_ties(ref, [[5, 7], [5, 7, 1], [5, 7, 1]], tie_gap=1e-3, max_ties=1)
+    assert "gap of inf" in short
+
+
 def test_with_top_logprobs_keeps_the_request():
     (r,) = testing.with_top_logprobs([{"input_ids": [1], "sampling_params": {"temperature": 0.0}}], k=2)
     assert r["input_ids"] == [1] and r["return_logprob"] and r["top_logprobs_num"] == 2

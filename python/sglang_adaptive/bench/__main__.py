@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from sglang_adaptive.bench import client, configs, metrics, report
 from sglang_adaptive.bench.workloads import Closed, Open, Phased, parse_floats, parse_ints, parse_phases
-from sglang_adaptive.testing import Server, make_requests
+from sglang_adaptive.testing import PORT_BASE_ENV, Server, make_requests
 
 
 # Low concurrencies get at least this many requests: with 8 at concurrency 1 the
@@ -61,10 +62,17 @@ def parse_args(argv=None):
     p.add_argument("--open-seconds", type=float, default=8.0, help="open loop: requests = rate x this")
     p.add_argument("--phases", default="15:2,15:96,15:2",
                    help="time-varying load, SECONDS:CONCURRENCY,...; empty to skip")
+    p.add_argument("--warmup", type=int, default=1,
+                   help="unmeasured closed-loop passes at the largest load before measuring (0: none): "
+                        "the first server on a fresh host compiles kernels for new prefill shapes "
+                        "on first use and would look slower than the servers after it")
     p.add_argument("--in-len", type=int, default=256)
     p.add_argument("--out-len", type=int, default=256)
     p.add_argument("--vocab", type=int, default=None, help="prompt token ids below this (default: by pair)")
     p.add_argument("--out", default="benchmark/results/latest")
+    p.add_argument("--port", type=int, default=int(os.environ.get(PORT_BASE_ENV, "30000")),
+                   help=f"server port (default: env {PORT_BASE_ENV}, else 30000); sweeps run side by "
+                        "side on one host, one per GPU (CUDA_VISIBLE_DEVICES), need distinct ports")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
     if a.pair == "custom" and not (a.target and a.draft):
@@ -99,6 +107,22 @@ def requests_for(workload, a, seed: int):
         rng = random.Random(seed)
         return lambda i: batch(1, rng.randrange(1 << 30))[0]
     return batch(workload.num_requests, seed)
+
+
+WARMUP_OUT_LEN = 32
+
+
+def warm_up(url: str, a) -> None:
+    """Every batch shape the measured loads reach, at a short output length."""
+    peaks = list(parse_ints(a.closed))
+    if a.phases.strip():
+        peaks += [c for _, c in parse_phases(a.phases)]
+    peak = max(peaks, default=1)
+    vocab = a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
+    for i in range(a.warmup):
+        reqs = make_requests(2 * peak, seed=1000 + i, vocab=vocab, in_range=(a.in_len, a.in_len),
+                             out_range=(WARMUP_OUT_LEN, WARMUP_OUT_LEN))
+        client.run(url, Closed(peak, len(reqs)), reqs)
 
 
 def describe(w) -> str:
@@ -144,11 +168,15 @@ def main(argv=None, server_factory=Server) -> int:
     results.write_text("")
     rows, failed = [], []
     for i, cfg in enumerate(plan, 1):
-        srv = server_factory(cfg.label, cfg.args, cfg.env, log_dir=out)
+        srv = server_factory(cfg.label, cfg.args, cfg.env, log_dir=out, port=a.port)
         t0 = time.time()
         try:
             srv.start()
             print(f"[{i}/{len(plan)} {cfg.label}] ready after {time.time() - t0:.0f} s", flush=True)
+            if a.warmup:
+                t1 = time.time()
+                warm_up(srv.url, a)
+                print(f"[{i}/{len(plan)} {cfg.label}] warmed up in {time.time() - t1:.0f} s", flush=True)
             for j, w in enumerate(loads):
                 row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair)
                 rows.append(row)
