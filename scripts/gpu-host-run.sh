@@ -22,6 +22,8 @@
 #               then tinymla; both beside the next steps
 #        tinymla  the MLA pair's fp32 equality suite at TP 1 (and TP 2 with 2 GPUs)
 #        quick  the tiny pair's fp32 equality for the switching configurations and goodput only
+#        grammar  regex and JSON-schema requests through plain batches against no-spec (xgrammar;
+#               test/gpu/test_grammar_plain.py, tiny pair, fp32)
 #        kinds  every request kind through plain batches (test/gpu/test_request_kinds.py, tiny pair, fp32)
 #        soak   benchmark/soak.py: 20 minutes of oscillating open-loop load, every request kind,
 #               aborts, strict memory check (longer than one wait: call wait again)
@@ -95,6 +97,8 @@ if [ "$cmd" = start ]; then
                         --rates "" --phases "" --out "$W/k25bench" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
             soak) step soak python benchmark/soak.py --minutes 20 --out "$W/soak" ;;
+            grammar) step grammar env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu \
+                        test/gpu/test_grammar_plain.py -v -p no:cacheprovider ;;
             kinds) step kinds env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_request_kinds.py -v \
                         -p no:cacheprovider ;;
             goodput) for acc in 1.3 2.5 3.5; do

@@ -112,8 +112,10 @@ class AdaptiveModeController(ModeController):
         writes_table: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         telemetry: NoTelemetry | None = None,
+        plain_grammar: bool = False,
     ):
         super().__init__(policy)
+        self.plain_grammar = plain_grammar
         self.spec_width = spec_width
         self.log_interval = log_interval
         self.audit_enabled = audit_kv
@@ -139,8 +141,9 @@ class AdaptiveModeController(ModeController):
         self.telemetry = telemetry or NoTelemetry()
 
     def speculate(self, batch_size: int, has_grammar: bool = False) -> bool:
-        # The plain path does not apply grammar masks: such batches stay speculative.
-        return has_grammar or self.policy.speculate(batch_size)
+        # The plain step applies grammar masks (worker._sample_constrained), but until
+        # the GPU grammar test has run it only does where asked (PLAIN_GRAMMAR_ENV).
+        return (has_grammar and not self.plain_grammar) or self.policy.speculate(batch_size)
 
     def kv_reserve(self, speculative: bool, overlap: bool) -> int | None:
         if speculative:

@@ -43,6 +43,14 @@ HOOKS: tuple[Hook, ...] = (
     Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
          "SchedulerBatchResultProcessor.process_batch_result_decode", "AROUND",
          scheduler_hooks.around_process_batch_result_decode),
+    # Grammar: the barrier before a decode step's mask advances plain results too.
+    Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
+         "SchedulerBatchResultProcessor.advance_grammar_fsm", "AROUND",
+         scheduler_hooks.around_advance_grammar_fsm),
+    # ... and processing that plain result then leaves its grammars where they are.
+    Hook("sglang.srt.managers.scheduler_components.batch_result_processor."
+         "SchedulerBatchResultProcessor._accept_grammar_tokens", "AROUND",
+         scheduler_hooks.around_accept_grammar_tokens),
     # Metrics: an interval with plain batches only has no acceptance to report.
     Hook("sglang.srt.managers.scheduler_components.metrics_reporter."
          "SchedulerMetricsReporter.report_decode_stats", "AROUND",

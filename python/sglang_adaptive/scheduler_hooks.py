@@ -117,6 +117,50 @@ def around_relay_forward_payload(original, self, future_indices, batch_result):
         batch_result.next_draft_input = draft_input
 
 
+def around_advance_grammar_fsm(original, self, result, batch):
+    """Advance the grammars over a plain result's tokens, once.
+
+    Upstream's grammar barrier (``Scheduler._advance_pending_grammar``, run inside
+    the next decode step before its mask is built) calls this on every result still
+    in flight; its decode branch reads ``accept_lens`` of a verified run and skips a
+    plain result, whose one token per request would then be missing from the mask
+    of the step after it.
+    """
+    if not getattr(result, ctl.RESULT_FLAG, False):
+        return original(self, result, batch)
+    if result.grammar_advanced or not batch.has_grammar:
+        return None
+    if result.copy_done is not None:
+        result.copy_done.synchronize()
+    for req, token in zip(batch.reqs, result.next_token_ids.tolist()):
+        if req.grammar is not None and not (req.is_retracted or req.finished()):
+            self._accept_grammar_tokens(req, [token])
+    result.grammar_advanced = True
+    return None
+
+
+# Set while upstream processes a plain result whose grammars have taken its tokens.
+_grammars_advanced = False
+
+
+@contextlib.contextmanager
+def _grammars_already_advanced():
+    """Upstream's plain-decode branch advances each constrained request's grammar by
+    its token; ``around_advance_grammar_fsm`` has done that for this batch."""
+    global _grammars_advanced
+    _grammars_advanced = True
+    try:
+        yield
+    finally:
+        _grammars_advanced = False
+
+
+def around_accept_grammar_tokens(original, self, req, tokens):
+    if _grammars_advanced:
+        return [tokens] if isinstance(tokens, int) else list(tokens)
+    return original(self, req, tokens)
+
+
 def around_process_batch_result_decode(original, self, batch, result):
     if not getattr(result, ctl.RESULT_FLAG, False):
         return original(self, batch, result)
@@ -125,12 +169,17 @@ def around_process_batch_result_decode(original, self, batch, result):
     for req in batch.reqs:
         if not (req.is_retracted or req.finished()):
             req.kv_committed_len += 1
+    grammars = contextlib.nullcontext()
+    if batch.has_grammar:
+        self.advance_grammar_fsm(result, batch)  # unless the next step's barrier did
+        grammars = _grammars_already_advanced()
     # Upstream branches on batch.spec_algorithm for the token layout, logprob shape,
     # spec metrics and grammar; a plain result takes every non-speculative branch.
     spec_algorithm = batch.spec_algorithm
     batch.spec_algorithm = up.SpeculativeAlgorithm.NONE
     try:
-        return original(self, batch, result)
+        with grammars:
+            return original(self, batch, result)
     finally:
         batch.spec_algorithm = spec_algorithm
 

@@ -65,6 +65,8 @@ class Server:
     port: int = 30000
     log_dir: Path = Path(os.environ.get("OUT", "/tmp"))
     proc: subprocess.Popen | None = None
+    # Token ids in and out, no tokenizer; grammar backends need the tokenizer.
+    skip_tokenizer_init: bool = True
 
     @property
     def url(self) -> str:
@@ -76,7 +78,8 @@ class Server:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1",
-               "--port", str(self.port), "--skip-tokenizer-init", *self.args]
+               "--port", str(self.port), *(["--skip-tokenizer-init"] if self.skip_tokenizer_init else []),
+               *self.args]
         if "--nccl-port" not in self.args:
             # Upstream picks a free port for torch.distributed's rendezvous when it starts;
             # servers started side by side raced for the same one (EADDRINUSE).

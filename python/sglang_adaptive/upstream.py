@@ -110,7 +110,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "GenerationBatchResult": (
         "next_token_ids", "next_draft_input", "new_seq_lens", "accept_lens",
-        "speculative_num_draft_tokens", "extra_keep_alive_refs",
+        "speculative_num_draft_tokens", "extra_keep_alive_refs", "logits_output", "copy_done",
+        "grammar_advanced",
     ),
     "EagleDraftInput": (
         "bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_probs",
@@ -138,6 +139,7 @@ ASSIGNED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("Req", "kv_committed_len"),
     ("Req", "is_retracted"),
     ("Req", "kv"),
+    ("Req", "grammar"),
     ("SchedulerMetricsReporter", "spec_num_forward_ct"),
     ("Scheduler", "spec_algorithm"),
     ("Scheduler", "future_map"),
@@ -193,7 +195,14 @@ PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
      ("server_args", "gpu_id", "ps", "nccl_port", "target_worker")),
     ("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation",
      ("batch", "on_publish", "grammar_barrier")),
-    ("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation", ("batch", "forward_batch")),
+    ("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
+     ("batch", "forward_batch", "is_verify")),
+    # A constrained plain step samples itself, after the grammar barrier.
+    ("sglang.srt.model_executor.model_runner.ModelRunner.sample", ("logits_output", "forward_batch")),
+    ("sglang.srt.managers.scheduler_components.batch_result_processor."
+     "SchedulerBatchResultProcessor.advance_grammar_fsm", ("result", "batch")),
+    ("sglang.srt.managers.scheduler_components.batch_result_processor."
+     "SchedulerBatchResultProcessor._accept_grammar_tokens", ("req", "tokens")),
     ("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", ("server_args",)),
 )
 

@@ -36,6 +36,9 @@ from sglang_adaptive.upstream import sglang_symbols as up
 logger = logging.getLogger(__name__)
 
 AUDIT_KV_ENV = "SGLANG_ADAPTIVE_AUDIT_KV"
+# Let batches with grammar-constrained requests run plain (masked) decode; off until
+# test/gpu/test_request_kinds.py's grammar load has passed on a GPU.
+PLAIN_GRAMMAR_ENV = "SGLANG_ADAPTIVE_PLAIN_GRAMMAR"
 
 
 class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
@@ -56,6 +59,7 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             cost_table_path=config.cost_table_path,
             writes_table=tp_group.rank_in_group == 0,
             telemetry=telemetry.make_telemetry(server_args, tp_group.rank_in_group),
+            plain_grammar=os.environ.get(PLAIN_GRAMMAR_ENV, "0") == "1",
         )
         ctl.install(self.controller)
         # EAGLE-3 drafts from the target's packed aux hidden states; keep the plain
@@ -119,13 +123,13 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             and not batch.is_extend_in_batch
             and not getattr(batch, ctl.BATCH_FLAG, True)
         ):
-            return self._forward_plain(batch, on_publish)
+            return self._forward_plain(batch, on_publish, grammar_barrier)
         self._war_runner = self._draft_worker.draft_runner
         return super().forward_batch_generation(
             batch, on_publish=on_publish, grammar_barrier=grammar_barrier
         )
 
-    def _forward_plain(self, batch, on_publish):
+    def _forward_plain(self, batch, on_publish, grammar_barrier=None):
         runner = self._target_worker.model_runner
         self._war_runner = runner
         draft_input = batch.spec_info
@@ -169,9 +173,12 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
                 capture_hidden_mode=self._plain_state.capture_hidden_mode,
                 return_hidden_states_before_norm=False,
             )
-            result = self._target_worker.forward_batch_generation(
-                batch=None, forward_batch=forward_batch
-            )
+            if batch.has_grammar:
+                result = self._sample_constrained(forward_batch, grammar_barrier)
+            else:
+                result = self._target_worker.forward_batch_generation(
+                    batch=None, forward_batch=forward_batch
+                )
         result.next_draft_input = up.EagleDraftInput(
             bonus_tokens=result.next_token_ids.to(torch.int32),
             topk_p=draft_input.topk_p,
@@ -186,4 +193,20 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         # Under overlap the scheduler pins these two iterations (out_cache_loc etc.).
         result.extra_keep_alive_refs = [forward_batch]
         setattr(result, ctl.RESULT_FLAG, True)
+        return result
+
+    def _sample_constrained(self, forward_batch, grammar_barrier):
+        """A plain decode of a batch with grammar-constrained requests, ordered as
+        upstream's verify orders it: the forward first, unsampled (``is_verify``);
+        then the grammar barrier advances every request's grammar over the tokens of
+        the batches still in flight, overlapping the forward; then sampling builds
+        the vocab mask from the advanced grammars and applies it."""
+        result = self._target_worker.forward_batch_generation(
+            batch=None, forward_batch=forward_batch, is_verify=True
+        )
+        if grammar_barrier is not None:  # None without overlap: nothing is in flight
+            grammar_barrier()
+        result.next_token_ids = self._target_worker.model_runner.sample(
+            result.logits_output, forward_batch
+        )
         return result

@@ -36,6 +36,12 @@ DEBUG_ENV = {
     "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1",
     "SGLANG_ADAPTIVE_AUDIT_KV": "1",
 }
+# fp32 with IEEE arithmetic is where equality is exact. Deterministic inference is
+# what lets fp32 start at all (SGLang's CUDA rmsnorm has no fp32 kernel, its
+# batch-invariant path does); Triton's dots round fp32 inputs to TF32 unless
+# TRITON_F32_DEFAULT=ieee (own kernel cache: the choice is made at compile time).
+FP32_ARGS = ["--dtype", "float32", "--enable-deterministic-inference"]
+ENV32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
 RAMP = [(0, 1), (20, 4), (60, 16), (120, 32)]
 ALTERNATE = ("alternate-1", "alternate-1-no-overlap", "alternate-7", "alternate-7-no-overlap")
 ALWAYS_PLAIN = ("threshold-0", "threshold-0-no-overlap")

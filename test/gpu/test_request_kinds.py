@@ -26,7 +26,7 @@ import random
 from collections import Counter
 
 import pytest
-from suite import DEBUG_ENV, assert_modes, base_args, configs, require_gpu
+from suite import ENV32, FP32_ARGS, assert_modes, base_args, configs, require_gpu
 from test_tiny_pair import PAIR, text_requests
 
 from sglang_adaptive.testing import (
@@ -42,7 +42,6 @@ from sglang_adaptive.testing import (
 
 pytestmark = pytest.mark.gpu
 
-ENV32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
 LABELS = ("plain", "alternate-1")
 GREEDY_KINDS = ("logprobs", "stop-ids", "eos", "one-token")
 LOGPROB_TOL = 1e-3  # fp32, different kernels for the same token (verify rows, decode rows)
@@ -91,8 +90,7 @@ async def serve_kinds(url: str, reqs: dict[str, list[dict]]) -> dict:
 def runs():
     require_gpu()
     reqs = kind_requests()
-    base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000",
-                     "--dtype", "float32", "--enable-deterministic-inference")
+    base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000", *FP32_ARGS)
     out = {}
     for i, (label, (args, env, _)) in enumerate(configs(base, PAIR / "eagle3", labels=LABELS, env=ENV32).items()):
         srv = Server(label, args, env, port=PORT_BASE + 10 * i)
@@ -106,8 +104,7 @@ def runs():
             srv.stop()
         out[label]["log"] = srv.log_text()
     # Retraction: a KV pool far smaller than what 32 requests of up to 400 tokens need.
-    small = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "1500",
-                      "--dtype", "float32", "--enable-deterministic-inference")
+    small = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "1500", *FP32_ARGS)
     pressure = text_requests(48, seed=9, prompt=(64, 160), output=(200, 300))
     table = {f"retract-{k}": (a, e, 32) for k, (a, e, _) in
              configs(small, PAIR / "eagle3", labels=LABELS, env=ENV32).items()}

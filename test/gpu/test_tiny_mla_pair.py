@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from suite import *  # noqa: F401,F403  (the shared tests, collected against this pair)
-from suite import ADAPTIVE, DEBUG_ENV, assert_modes, base_args, collect, configs, require_gpu
+from suite import ADAPTIVE, ENV32, FP32_ARGS, assert_modes, base_args, collect, configs, require_gpu
 from test_tiny_pair import MIN_ACCEPT, min_accept, text_requests
 
 from sglang_adaptive.testing import beyond_ties
@@ -54,7 +54,6 @@ MODES = ("eagle3", "alternate-1", "alternate-7", "threshold-8-ramp", "threshold-
 PROMPT, OUTPUT = (16, 128), (8, 128)
 TIE_GAP = 1e-3  # logprob; the ties seen were 1e-4 and 3e-4
 MAX_TIES = 4  # of 200 requests; static EAGLE-3 had 2
-ENV32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
 
 
 def tensor_parallel_sizes() -> list[int]:
@@ -82,8 +81,8 @@ def runs():
         pytest.skip(message)
     table, references = {}, {}
     for tp in tensor_parallel_sizes():
-        base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000", "--tp", str(tp),
-                         "--dtype", "float32", "--enable-deterministic-inference")
+        base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000",
+                         "--tp", str(tp), *FP32_ARGS)
         for label, entry in configs(base, PAIR / "eagle3", labels=("plain", *MODES), env=ENV32).items():
             table[tp_label(label, tp)] = entry
             if label != "plain":

@@ -25,7 +25,8 @@ from suite import *  # noqa: F401,F403  (the shared tests, collected against thi
 from suite import (
     ADAPTIVE,
     GOODPUT,
-    DEBUG_ENV,
+    ENV32,
+    FP32_ARGS,
     LABELS,
     MUTANT_SEP,
     ONLY_ENV,
@@ -120,13 +121,8 @@ def runs(request, tmp_path_factory):
     table["plain-2"] = table["plain"]  # a second no-spec server: the bf16 noise
     table.update(configs(base, PAIR / "eagle3", labels=(GOODPUT,)))
     references = {label: "plain" for label in (*LABELS, GOODPUT) if label != "plain"}
-    # fp32 with IEEE arithmetic is where equality is exact. Deterministic inference is
-    # what lets fp32 start at all (SGLang's CUDA rmsnorm has no fp32 kernel, its
-    # batch-invariant path does); Triton's dots round fp32 inputs to TF32 unless
-    # TRITON_F32_DEFAULT=ieee (own kernel cache: the choice is made at compile time).
-    fp32 = base + ["--dtype", "float32", "--enable-deterministic-inference"]
-    env32 = {**DEBUG_ENV, "TRITON_F32_DEFAULT": "ieee", "TRITON_CACHE_DIR": "/tmp/triton-cache-f32-ieee"}
-    for label, entry in configs(fp32, PAIR / "eagle3", labels=(*LABELS, GOODPUT), env=env32).items():
+    fp32 = base + FP32_ARGS  # where equality is exact (suite.FP32_ARGS)
+    for label, entry in configs(fp32, PAIR / "eagle3", labels=(*LABELS, GOODPUT), env=ENV32).items():
         table[label + FP32] = entry
         if label != "plain":
             references[label + FP32] = "plain" + FP32

@@ -110,3 +110,18 @@ def test_gpu_suite_without_a_gpu_fails_when_required_and_skips_otherwise(require
         assert proc.returncode != 0 and "no GPU is usable" in proc.stdout, proc.stdout[-2000:]
     else:
         assert proc.returncode == 0 and "1 skipped" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_grammar_verdict_accepts_only_outputs_in_the_requested_language():
+    from test_grammar_plain import SCHEMA, grammar_requests, matches
+
+    reqs = grammar_requests(8)
+    regex_req = next(r for r in reqs if "regex" in r["sampling_params"])
+    json_req = next(r for r in reqs if "json_schema" in r["sampling_params"])
+    assert sum("regex" in r["sampling_params"] or "json_schema" in r["sampling_params"] for r in reqs) == 4
+    assert matches(regex_req, "yes, 42.") and not matches(regex_req, "yes, 42") and not matches(regex_req, "maybe, 1.")
+    assert matches(json_req, '{"ok":true,"n":7}')
+    for text in ('{"ok":true}', '{"ok":1,"n":7}', '{"ok":true,"n":1000}', '{"ok":true,"n":true}',
+                 '{"ok":true,"n":7,"x":0}'):
+        assert not matches(json_req, text), text
+    assert SCHEMA["additionalProperties"] is False

@@ -118,6 +118,72 @@ def test_speculative_result_is_processed_as_before(processor):
     assert "spec_metrics" in calls and "adaptive_feedback" in calls
 
 
+class Grammar:
+    """What upstream's result processing calls on a request's grammar."""
+
+    def __init__(self):
+        self.accepted, self.finished = [], False
+
+    def accept_token(self, token):
+        self.accepted.append(token)
+
+    def is_terminated(self):
+        return False
+
+
+def constrained_batch(n=3):
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    batch = make_batch(n)
+    batch.has_grammar, batch.forward_mode = True, ForwardMode.DECODE
+    grammars = [Grammar() if i != 1 else None for i in range(n)]  # request 1 is unconstrained
+    for req, grammar in zip(batch.reqs, grammars):
+        req.grammar = grammar
+    return batch, grammars
+
+
+def plain_result(tokens):
+    res = result(next_token_ids=torch.tensor(tokens), speculative_num_draft_tokens=1)
+    setattr(res, ctl.RESULT_FLAG, True)
+    return res
+
+
+def test_the_grammar_barrier_advances_a_plain_result_once_and_processing_not_again(processor):
+    proc, _ = processor
+    batch, grammars = constrained_batch()
+    res = plain_result([7, 8, 9])
+    # Scheduler._advance_pending_grammar, from inside the next decode step, twice.
+    proc.advance_grammar_fsm(res, batch)
+    proc.advance_grammar_fsm(res, batch)
+    assert grammars[0].accepted == [7] and grammars[2].accepted == [9]
+    proc.process_batch_result_decode(batch, res)
+    assert grammars[0].accepted == [7] and grammars[2].accepted == [9]
+    assert [list(r.output_ids) for r in batch.reqs] == [[7], [8], [9]]
+    # Outside that processing, accepting a token advances the grammar again.
+    proc._accept_grammar_tokens(batch.reqs[0], 5)
+    assert grammars[0].accepted == [7, 5]
+
+
+def test_processing_advances_a_plain_result_no_barrier_saw(processor):
+    proc, _ = processor
+    batch, grammars = constrained_batch()
+    batch.reqs[2].to_finish = None
+    batch.reqs[2].finished_reason = object()  # finished in an earlier step: no token, no advance
+    proc.process_batch_result_decode(batch, plain_result([7, 8, 9]))
+    assert grammars[0].accepted == [7] and grammars[2].accepted == []
+    assert grammars[0].finished is False
+
+
+def test_a_speculative_result_takes_upstreams_grammar_advance(processor):
+    proc, _ = processor
+    batch, grammars = constrained_batch()
+    res = result(next_token_ids=torch.tensor([7, 70, 8, 80, 9, 90]), speculative_num_draft_tokens=2,
+                 accept_lens=torch.tensor([2, 1, 1]))
+    proc.advance_grammar_fsm(res, batch)
+    assert grammars[0].accepted == [7, 70] and grammars[2].accepted == [9]
+    assert res.grammar_retained_tokens == [[7, 70], None, [9]]
+
+
 def test_worker_choice(parse):
     from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm

@@ -161,6 +161,9 @@ def test_servers_side_by_side_get_their_own_rendezvous_port():
     assert ports[0] != ports[1] and str(a.port) not in ports and str(b.port) not in ports
     given = testing.Server("c", ["--nccl-port", "4000"]).command()
     assert given.count("--nccl-port") == 1
+    # Token ids by default; a grammar server keeps its tokenizer.
+    assert "--skip-tokenizer-init" in a.command()
+    assert "--skip-tokenizer-init" not in testing.Server("g", [], skip_tokenizer_init=False).command()
 
 
 def test_abort_and_disconnect_clients_against_a_stand_in_server():

@@ -70,7 +70,7 @@ def run_plain_step(monkeypatch, **batch_fields):
         req_pool_indices=torch.tensor([2, 0, 1]), seq_lens_cpu=torch.tensor([5, 9, 2]),
         seq_lens_sum=16, reqs=[object()] * 3, forward_mode=up.ForwardMode.DECODE,
         is_extend_in_batch=False, spec_algorithm=up.SpeculativeAlgorithm.EAGLE3,
-        input_ids=None, out_cache_loc=None,
+        input_ids=None, out_cache_loc=None, has_grammar=False,
     )
     batch.__dict__.update(batch_fields)
     setattr(batch, ctl.BATCH_FLAG, False)
@@ -162,6 +162,7 @@ def test_one_publish_per_plain_step_through_the_real_run_batch(monkeypatch, unif
         return_hidden_states: bool = False
         forward_iter: int = 0
         launch_ts: float = 0.0
+        has_grammar: bool = False
 
     draft_input = draft_input_of([4, 5])
     batch = Batch(spec_info=draft_input, seq_lens=torch.tensor([5, 9]),
@@ -327,6 +328,44 @@ def test_worker_installs_its_controller(built, monkeypatch):
     assert built.logs == [
         "AdaptiveEAGLEWorker active: algorithm=EAGLE3, policy=threshold(speculate while "
         "batch size <= 16), steps=3, topk=1, draft_tokens=4"]
+
+
+def test_a_constrained_plain_batch_samples_after_the_grammar_barrier(monkeypatch):
+    """Upstream's verify order: forward unsampled, barrier (the grammars catch up on
+    the batches in flight), then sampling with the mask of the advanced grammars."""
+    events = []
+    runner = spec_runner()
+    runner.sample = lambda logits, fb: events.append(("sample", logits, runner.spec_algorithm)) or torch.tensor([3, 1])
+
+    def forward(batch=None, forward_batch=None, is_verify=False):
+        events.append(("forward", is_verify))
+        return up.GenerationBatchResult(logits_output="logits")
+
+    monkeypatch.setattr(up.ForwardBatch, "init_new", staticmethod(lambda batch, model_runner, **kw: NS()))
+    worker = plain_worker(runner, forward, torch.arange(2 * 16).reshape(2, 16))
+    batch = NS(spec_info=draft_input_of([4, 5]), seq_lens=torch.tensor([5, 9]),
+               req_pool_indices=torch.tensor([1, 0]), seq_lens_cpu=None, seq_lens_sum=None,
+               reqs=[object()] * 2, forward_mode=up.ForwardMode.DECODE, is_extend_in_batch=False,
+               spec_algorithm=up.SpeculativeAlgorithm.EAGLE3, input_ids=None, out_cache_loc=None,
+               has_grammar=True)
+    setattr(batch, ctl.BATCH_FLAG, False)
+    result = worker.forward_batch_generation(batch, on_publish=lambda lens: None,
+                                             grammar_barrier=lambda: events.append(("barrier",)))
+    assert events == [("forward", True), ("barrier",), ("sample", "logits", up.SpeculativeAlgorithm.NONE)]
+    assert result.next_token_ids.tolist() == [3, 1]
+    assert result.next_draft_input.bonus_tokens.tolist() == [3, 1]
+    # Without overlap there is no barrier (nothing in flight); sampling still masks.
+    events.clear()
+    worker.forward_batch_generation(batch, on_publish=lambda lens: None, grammar_barrier=None)
+    assert [e[0] for e in events] == ["forward", "sample"]
+
+
+def test_plain_grammar_is_off_unless_asked(built, monkeypatch):
+    from sglang_adaptive.worker import PLAIN_GRAMMAR_ENV
+
+    assert built.build("--speculative-disable-batch-threshold", "0").controller.plain_grammar is False
+    monkeypatch.setenv(PLAIN_GRAMMAR_ENV, "1")
+    assert built.build("--speculative-disable-batch-threshold", "0").controller.plain_grammar is True
 
 
 def test_worker_for_eagle_with_the_kv_audit(built, monkeypatch):
