@@ -134,7 +134,8 @@ class AdaptiveModeController(ModeController):
         self.cost_table_path = cost_table_path
         self.writes_table = writes_table
         self.clock = clock
-        # (time, speculative, batch size, forward_iter, the batch before's speculative)
+        # (time, speculative, batch size, forward_iter, the mode of the decode batch
+        # launched right before it, None after a prefill)
         self._last_prepare: tuple | None = None
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
         self._synced_buckets = 0
@@ -168,9 +169,10 @@ class AdaptiveModeController(ModeController):
 
         Under the overlap scheduler the host spends that interval launching the
         previous batch and waiting for the one before it, so the interval counts only
-        when those two ran the same mode: a lone probe (or a switch) measures the
-        neighbouring mode's step, and filing it would make speculation look as cheap
-        as the plain steps around it.
+        when the one before it was a decode batch of the same mode, launched right
+        before it: a lone probe (or a switch) measures the neighbouring mode's step,
+        and filing it would make speculation look as cheap as the plain steps around
+        it; after a prefill the interval holds the wait for the prefill.
 
         ``forward_iter`` (the scheduler's forward count at this batch's previous
         launch) moves by 1 between two decode batches with nothing in between; a
@@ -187,7 +189,11 @@ class AdaptiveModeController(ModeController):
                 self.telemetry.on_step_time(pending[0], pending[2])
             if last[4] == last[1]:
                 self._pending = (last[1], last[2], now - last[0])
-        self._last_prepare = (now, speculative, batch_size, forward_iter, last[1] if last else None)
+        # The batch before this one, if it was the forward right before it.
+        before = None
+        if last is not None and forward_iter is not None and last[3] is not None and forward_iter - last[3] == 1:
+            before = last[1]
+        self._last_prepare = (now, speculative, batch_size, forward_iter, before)
 
     def sync(self) -> None:
         """Share rank 0's step-cost table with every rank and hand it to the policy.

@@ -54,6 +54,8 @@ def lookup(by_bucket: dict[int, float], batch_size: int, above: str = "flat") ->
     ``flat`` (its time), ``linear`` (along the slope of the two largest, never below
     the largest's time) or ``proportional`` (its time scaled by the batch size: an
     upper bound for any step time of the form a + c * batch with a >= 0)."""
+    if above not in ("flat", "linear", "proportional"):
+        raise ValueError(f"unknown extrapolation {above!r}")
     if not by_bucket:
         return None
     b = bucket(batch_size)
@@ -66,13 +68,11 @@ def lookup(by_bucket: dict[int, float], batch_size: int, above: str = "flat") ->
     if i == len(keys):
         top = keys[-1]
         if above == "proportional":
-            return by_bucket[top] * b / top
+            return by_bucket[top] * batch_size / top
         if above == "linear" and len(keys) > 1:
             below = keys[-2]
             slope = (by_bucket[top] - by_bucket[below]) / (top - below)
-            return by_bucket[top] + max(0.0, slope) * (b - top)
-        if above not in ("flat", "linear"):
-            raise ValueError(f"unknown extrapolation {above!r}")
+            return by_bucket[top] + max(0.0, slope) * (batch_size - top)
         return by_bucket[top]
     lo, hi = keys[i - 1], keys[i]
     return by_bucket[lo] + (by_bucket[hi] - by_bucket[lo]) * (b - lo) / (hi - lo)

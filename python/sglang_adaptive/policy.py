@@ -150,26 +150,34 @@ class GoodputPolicy(ModePolicy):
     Predicted per request: plain 1 / T_plain(bs); speculative E / T_spec(bs), with
     E the expected tokens per speculative step (``AcceptanceEstimator``) and T the
     step times of the shared cost table (``costs``). No hand-set number decides:
-    - a mode without a measured step time near this batch size (within a factor 2)
+    - a mode without a measured step time near this batch size (within a factor 2;
+      for speculation also at most ``SPEC_REACH`` above its largest measured batch)
       is run, so that it gets one; the controller shares the table after every
       ``EXPLORE_SYNC`` such steps instead of waiting for its regular schedule;
-    - above the largest measured batch size a speculative step is assumed to grow in
-      proportion to the batch and a plain one along its last slope, so an unmeasured
-      large batch leans plain, the mode whose mistake costs less there (in the 8B
-      sweep a speculative step at batch 128 took 50 ms, a plain one 8.3 ms; read
-      flat from batch 64, 21.5 ms, it looked worth staying in);
+    - above the largest measured batch size (up to that reach) a speculative step is
+      assumed to grow in proportion to the batch and a plain one along its last
+      slope, so an unmeasured large batch leans plain, the mode whose mistake costs
+      less there (in the 8B sweep a speculative step at batch 128 took 50 ms, a
+      plain one 8.3 ms; read flat from batch 64, 21.5 ms, it looked worth staying in);
     - while plain, one speculative step runs now and then, so the acceptance estimate
       stays fresh: after ``probe_every`` plain steps in a row, or more where a
       speculative step costs more, so that probes cost at most ``probe_budget`` (1%)
       of the time (at batch 128 on the K2.5 shape, about one in 350 steps). A probe
-      does not change the mode the policy is in;
+      does not change the mode the policy is in, nor does a batch the controller
+      made speculate against the policy's answer (grammar);
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap.
     """
 
     name = POLICY_GOODPUT
     uses_costs = True
-    EXPLORE_SYNC = 5  # costs.MIN_SAMPLES filed intervals, plus the one still pending
+    # The first step of an exploration follows the other mode and is not filed, and an
+    # interval is filed two prepares after it starts: MIN_SAMPLES are in the local
+    # table at the exploration's MIN_SAMPLES + 3rd step.
+    EXPLORE_SYNC = costs.MIN_SAMPLES + 3
+    # How far above its largest measured batch a speculative time is extrapolated
+    # (proportionally, an upper bound) rather than measured by running it.
+    SPEC_REACH = 1.25
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
@@ -190,12 +198,15 @@ class GoodputPolicy(ModePolicy):
     def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
         # The scheduler asked speculate(batch_size) for this batch just before, with
         # the same state: _decide tells why it answered as it did.
-        _, why = self._decide(batch_size)
+        decided, why = self._decide(batch_size)
         self._launched += 1
-        self._explored = self._explored + 1 if why == "explore" else 0
-        if speculative and why == "probe":
-            self._plain_run = 0
+        if speculative != decided or why == "probe":
+            # Not the policy's mode: a probe, or a batch forced to speculate.
+            self._plain_run = 0 if speculative else self._plain_run + 1
             return
+        # Consecutive steps exploring one mode (the count restarts with the other).
+        same = why == "explore" and self._explored and speculative == self._speculating
+        self._explored = self._explored + 1 if same else int(why == "explore")
         self._plain_run = 0 if speculative else self._plain_run + 1
         self._speculating = speculative
 
@@ -212,8 +223,12 @@ class GoodputPolicy(ModePolicy):
         extra = max(0.0, t_spec / t_plain - 1.0)
         return max(self.probe_every, math.ceil(extra / self.probe_budget))
 
+    def _spec_measured_for(self, batch_size: int) -> bool:
+        spec = self.costs[costs.SPEC]
+        return self._measured_near(spec, batch_size) and batch_size <= self.SPEC_REACH * max(spec)
+
     def _decide(self, batch_size: int) -> tuple[bool, str]:
-        if not self._measured_near(self.costs[costs.SPEC], batch_size):
+        if not self._spec_measured_for(batch_size):
             return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):
             return False, "explore"

@@ -27,7 +27,7 @@ MEASURED = table(plain={1: 2.5, 8: 2.8, 32: 3.4, 128: 5.3}, spec={1: 4.8, 8: 5.6
 def feed(policy: GoodputPolicy, accepted: int, steps: int, batch: int = 4) -> None:
     """``steps`` speculative steps in which every request accepts ``accepted`` drafts."""
     for _ in range(steps):
-        policy.on_launch(True)
+        policy.on_launch(True, batch)
         policy.on_verify([accepted] * batch)
 
 
@@ -110,7 +110,7 @@ def test_acceptance_collapse_turns_plain_even_at_batch_one_and_probes_bring_it_b
     for _ in range(1000):
         spec = p.speculate(1)
         modes.append(spec)
-        p.on_launch(spec)
+        p.on_launch(spec, 1)
         if spec:
             p.on_verify([K])
     assert modes.index(True) == 100 and modes[:100] == [False] * 100
@@ -128,7 +128,7 @@ def test_probes_cost_at_most_one_percent_of_the_time_while_plain_pays():
     for _ in range(steps):
         spec = p.speculate(128)
         spec_steps += spec
-        p.on_launch(spec)
+        p.on_launch(spec, 128)
         if spec:
             p.on_verify([2] * 128)
     # A speculative step costs 4.5 plain ones here: a probe every 100 steps would
@@ -146,12 +146,12 @@ def test_hysteresis_keeps_the_current_mode_when_predictions_are_close():
     feed(p, accepted=2, steps=50)
     e = p.acceptance.expected_tokens()
     p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.03}))
-    p.on_launch(False)
+    p._speculating = False
     assert p.speculate(8) is False  # plain stays plain
-    p.on_launch(True)
+    p._speculating = True
     assert p.speculate(8) is True  # speculative stays speculative
     p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.10}))  # 10% better: switch
-    p.on_launch(False)
+    p._speculating = False
     assert p.speculate(8) is True
 
 
@@ -177,18 +177,26 @@ def test_an_unmeasured_large_batch_leans_plain_and_a_probe_does_not_hold_specula
     speculation for 26 steps of 50 ms (plain: 8.3 ms), reading batch 64's 21.5 ms."""
     p = GoodputPolicy(K)
     p.set_costs(SWEEP_8B)
-    feed(p, accepted=2, steps=3)  # E about 2.7 after a probe's verify
-    p.on_launch(False, 128)
-    assert p.speculate(128) is False
-    p._plain_run = 10_000  # a probe is due
+    feed(p, accepted=2, steps=3, batch=64)  # E about 2.7 after a probe's verify
+    # Far above the largest speculative batch (64): measured by running it, briefly.
     assert p.speculate(128) is True
-    p.on_launch(True, 128)
-    p.on_verify([2] * 128)
-    assert p.speculate(128) is False  # back to plain at once
-    p.on_launch(False, 128)
+    # Within reach (up to 1.25 x 64) it is extrapolated in proportion, an upper bound.
+    assert costs.lookup(SWEEP_8B[costs.SPEC], 72, above="proportional") == pytest.approx(0.02153 * 72 / 64)
+    p.on_launch(False, 72)
+    assert p.speculate(72) is False
+    p._plain_run = 10_000  # a probe is due
+    assert p.speculate(72) is True
+    p.on_launch(True, 72)
+    p.on_verify([2] * 72)
+    assert p.speculate(72) is False  # back to plain at once
+    p.on_launch(False, 72)
     assert p._plain_run == 1
     # Within the measured range nothing changed: batch 16 speculates.
     assert p.speculate(16) is True
+    # Where flat and proportional disagree: batch 80 read flat from 64 (20 ms) would
+    # speculate (2.7 / 20 ms beats 1 / 8.5 ms by 15%); in proportion (25 ms) it does not.
+    p.set_costs(table(plain={32: 7.0, 64: 8.0}, spec={32: 14.0, 64: 20.0}))
+    assert p.speculate(80) is False
     # Where the two modes predict within the hysteresis, a probe leaves the policy
     # plain: the step after it is plain again, not "speculating, so stay".
     e = p.acceptance.expected_tokens()
@@ -199,13 +207,31 @@ def test_an_unmeasured_large_batch_leans_plain_and_a_probe_does_not_hold_specula
     assert p.speculate(8) is False
 
 
+def test_a_batch_forced_to_speculate_leaves_the_policy_plain():
+    """The controller makes grammar batches speculate whatever the policy says: such a
+    step is not the policy's choice and must not switch its mode."""
+    p = GoodputPolicy(K)
+    feed(p, accepted=2, steps=50, batch=16)
+    e = p.acceptance.expected_tokens()
+    p.set_costs(table(plain={16: 3.0}, spec={16: 3.0 * e / 1.03}))  # within the hysteresis
+    p._speculating = False  # in plain mode
+    assert p.speculate(16) is False
+    p.on_launch(True, 16)  # forced
+    assert p.speculate(16) is False and p._plain_run == 0
+
+
+def test_proportional_extrapolation_scales_by_the_batch_not_its_bucket():
+    assert costs.lookup({8: 0.008}, 9, above="proportional") == pytest.approx(0.009)
+    assert costs.lookup({8: 0.008}, 9, above="flat") == 0.008
+
+
 def test_exploration_asks_for_a_sync_every_few_steps():
     p = GoodputPolicy(K)
     asked = []
-    for _ in range(12):
+    for _ in range(14):
         p.on_launch(p.speculate(4), 4)
         asked.append(p.sync_due())
-    assert asked == [False, False, False, False, True] * 2 + [False, False]
+    assert asked == ([False] * (GoodputPolicy.EXPLORE_SYNC - 1) + [True]) * 2 + [False] * (12 - 2 * 7)
     p.set_costs(table(plain={4: 2.0}, spec={4: 5.0}))
     p.on_launch(p.speculate(4), 4)
     assert not p.sync_due()
@@ -213,7 +239,7 @@ def test_exploration_asks_for_a_sync_every_few_steps():
     shared = []
     c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, sync_every=32,
                                    share=lambda t: shared.append(t) or t)
-    for i in range(10):
+    for i in range(16):  # 7 steps exploring speculation (its time filed), 7 exploring plain
         c.on_prepare(c.speculate(4), 4, i)
     assert len(shared) == 2
 
@@ -274,9 +300,10 @@ def test_controller_files_clean_intervals_only_and_shares_the_table_on_a_schedul
         clock.t += 0.004
         c.on_prepare(False, 8, it)
     local = c.costs._samples[(costs.PLAIN, 8)]
-    # 9 intervals between 10 prepares: the last still pending, one holding a prefill,
-    # and the first without a batch before it whose mode is known.
-    assert len(local) == 9 - 1 - 1 - 1, local
+    # 9 intervals between 10 prepares: the last still pending, the one holding the
+    # prefill's launch, the one after it (the host waits for the prefill there), and
+    # the first, without a batch before it.
+    assert len(local) == 9 - 1 - 1 - 1 - 1, local
     assert shared and policy.costs == {costs.PLAIN: {8: 0.003}, costs.SPEC: {8: 0.006}}
     doc = json.loads(path.read_text())
     assert doc["seconds_per_step"]["plain"] == {"8": 0.003} and len(doc["acceptance_per_position"]) == K

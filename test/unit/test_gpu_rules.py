@@ -119,9 +119,13 @@ def test_grammar_verdict_accepts_only_outputs_in_the_requested_language():
     regex_req = next(r for r in reqs if "regex" in r["sampling_params"])
     json_req = next(r for r in reqs if "json_schema" in r["sampling_params"])
     assert sum("regex" in r["sampling_params"] or "json_schema" in r["sampling_params"] for r in reqs) == 4
-    assert matches(regex_req, "yes, 42.") and not matches(regex_req, "yes, 42") and not matches(regex_req, "maybe, 1.")
-    assert matches(json_req, '{"ok":true,"n":7}')
-    for text in ('{"ok":true}', '{"ok":1,"n":7}', '{"ok":true,"n":1000}', '{"ok":true,"n":true}',
-                 '{"ok":true,"n":7,"x":0}'):
+    assert matches(regex_req, "yes, 42, 7, 0, 999.")
+    for text in ("yes, 42, 7, 0, 999", "yes, 42.", "maybe, 1, 2, 3, 4."):
+        assert not matches(regex_req, text), text
+    tags = '"tags":["alpha","beta","gamma","beta"]'
+    assert matches(json_req, '{"ok":true,"n":7,' + tags + '}')
+    for text in ('{"ok":true,"n":7}', '{"ok":1,"n":7,' + tags + '}', '{"ok":true,"n":1000,' + tags + '}',
+                 '{"ok":true,"n":true,' + tags + '}', '{"ok":true,"n":7,"x":0,' + tags + '}',
+                 '{"ok":true,"n":7,"tags":["alpha"]}', '{"ok":true,"n":7,"tags":["a","b","c","d"]}'):
         assert not matches(json_req, text), text
     assert SCHEMA["additionalProperties"] is False

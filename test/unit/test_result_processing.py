@@ -152,10 +152,15 @@ def test_the_grammar_barrier_advances_a_plain_result_once_and_processing_not_aga
     proc, _ = processor
     batch, grammars = constrained_batch()
     res = plain_result([7, 8, 9])
+    synced = []
+    # The tokens are read once the result's copy to the host is done.
+    res.copy_done = NS(synchronize=lambda: synced.append(list(grammars[0].accepted)))
     # Scheduler._advance_pending_grammar, from inside the next decode step, twice.
     proc.advance_grammar_fsm(res, batch)
     proc.advance_grammar_fsm(res, batch)
     assert grammars[0].accepted == [7] and grammars[2].accepted == [9]
+    assert synced == [[]]  # before the grammars moved, and only the first time
+    res.copy_done = None
     proc.process_batch_result_decode(batch, res)
     assert grammars[0].accepted == [7] and grammars[2].accepted == [9]
     assert [list(r.output_ids) for r in batch.reqs] == [[7], [8], [9]]

@@ -113,7 +113,10 @@ WARMUP_OUT_LEN = 32
 
 
 def warm_up(url: str, a) -> None:
-    """Every batch shape the measured loads reach, at a short output length."""
+    """The largest closed or phased load, at a short output length: the prefill and
+    decode shapes of a full batch get compiled, and an adaptive server's step-cost
+    table and acceptance estimate start from the warm-up, as a server that has been
+    up a while would. Open-loop loads and single-request prefills are not warmed."""
     peaks = list(parse_ints(a.closed))
     if a.phases.strip():
         peaks += [c for _, c in parse_phases(a.phases)]

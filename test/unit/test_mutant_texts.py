@@ -1,0 +1,15 @@
+"""Every planted bug still fits the code it edits, the GPU ones included: their runner
+only finds out on the GPU host, after the servers are built."""
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "test"))
+import mutants  # noqa: E402
+
+
+def test_every_mutant_edits_text_found_exactly_once():
+    misfits = [(m.name, m.path, (mutants.PACKAGE / m.path).read_text().count(m.old)) for m in mutants.MUTANTS]
+    assert [m for m in misfits if m[2] != 1] == []
+    assert len({m.name for m in mutants.MUTANTS}) == len(mutants.MUTANTS)
