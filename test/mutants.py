@@ -67,7 +67,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="at high load a probe every 100 steps costs 3.5% of the time (speculative step = 4.5 plain)"),
     Mutant("goodput-files-dirty-intervals", "controller.py",
-           "clean = forward_iter - last[3] == 1", "clean = True",
+           "clean = known and forward_iter - last[3] == 1", "clean = known",
            (U + "test_goodput.py",),
            why="a step interval holding a prefill would be filed as a decode step's cost"),
     Mutant("goodput-files-intervals-across-a-switch", "controller.py",
@@ -90,7 +90,7 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a speculative time extrapolated twice its measured range is never corrected: "
                "while plain only lone probes run, and their intervals are not filed"),
     Mutant("goodput-files-the-interval-after-a-prefill", "controller.py",
-           "and forward_iter - last[3] == 1:\n            before = last[1]", ":\n            before = last[1]",
+           "last[1] if clean else None)", "last[1] if last else None)",
            (U + "test_goodput.py",),
            why="every prefill would file one prefill-sized interval as a decode step"),
     Mutant("goodput-explores-without-sync", "policy.py",

@@ -182,18 +182,16 @@ class AdaptiveModeController(ModeController):
         now = self.clock()
         last, pending = self._last_prepare, self._pending
         self._pending = None
-        if last is not None and forward_iter is not None and last[3] is not None:
-            clean = forward_iter - last[3] == 1
+        known = last is not None and forward_iter is not None and last[3] is not None
+        clean = known and forward_iter - last[3] == 1
+        if known:
             if pending is not None and clean:
                 self.costs.add(*pending)
                 self.telemetry.on_step_time(pending[0], pending[2])
             if last[4] == last[1]:
                 self._pending = (last[1], last[2], now - last[0])
-        # The batch before this one, if it was the forward right before it.
-        before = None
-        if last is not None and forward_iter is not None and last[3] is not None and forward_iter - last[3] == 1:
-            before = last[1]
-        self._last_prepare = (now, speculative, batch_size, forward_iter, before)
+        # The mode of the batch before this one, if it was the forward right before it.
+        self._last_prepare = (now, speculative, batch_size, forward_iter, last[1] if clean else None)
 
     def sync(self) -> None:
         """Share rank 0's step-cost table with every rank and hand it to the policy.

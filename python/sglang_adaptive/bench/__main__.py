@@ -98,8 +98,12 @@ def pair_of(a) -> configs.Pair:
     return configs.custom_pair(a.target, a.draft)
 
 
+def prompt_vocab(a) -> int:
+    return a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
+
+
 def requests_for(workload, a, seed: int):
-    vocab = a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
+    vocab = prompt_vocab(a)
     def batch(n, s):
         return make_requests(n, seed=s, vocab=vocab, in_range=(a.in_len, a.in_len),
                              out_range=(a.out_len, a.out_len))
@@ -121,9 +125,8 @@ def warm_up(url: str, a) -> None:
     if a.phases.strip():
         peaks += [c for _, c in parse_phases(a.phases)]
     peak = max(peaks, default=1)
-    vocab = a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
     for i in range(a.warmup):
-        reqs = make_requests(2 * peak, seed=1000 + i, vocab=vocab, in_range=(a.in_len, a.in_len),
+        reqs = make_requests(2 * peak, seed=1000 + i, vocab=prompt_vocab(a), in_range=(a.in_len, a.in_len),
                              out_range=(WARMUP_OUT_LEN, WARMUP_OUT_LEN))
         client.run(url, Closed(peak, len(reqs)), reqs)
 
