@@ -30,8 +30,12 @@
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
 #               1-128, no-spec / static EAGLE-3 / threshold / goodput
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
-#               own port): GPU 0 acceptance 2.5 with all four configurations; GPU 1 1.3 (no-spec,
-#               static EAGLE-3, goodput) then 3.5 (EAGLE-3, goodput; its no-spec row is 1.3's)
+#               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
+#               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
+#               no-spec row is 1.3's), then the trained tiny pair (real acceptance) at 1, 8, 64
+#        goodputfix  the goodput configuration alone after a policy fix, beside goodput2's static rows
+#               (GPU 0: 2.5 with the phased load, 1.3 at 1-32, the tiny pair; GPU 1: grammar, the tiny
+#               pair's no-spec and static EAGLE-3, 3.5 at 16-128)
 #        barrier  wait for the steps running in the background (train, trainmla) before the next.
 #               A TP 2 server started beside them refuses to start ("The memory capacity is
 #               unbalanced": SGLang wants the same free memory on both GPUs), so run k25 before
@@ -112,9 +116,28 @@ if [ "$cmd" = start ]; then
                             --closed 1,2,4,8,16,32,64,128 --requests-per-client 2 --rates "" --phases "" \
                             --out "$W/$name" "$@"
                       }
-                      gp 0 30000 goodput-2.5 --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput &
+                      gp 0 30000 goodput-2.5 --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
+                          --phases 15:2,15:96,15:2 &
                       { gp 1 31000 goodput-1.3 --acc-len 1.3 --configs plain,eagle3,adaptive-goodput
-                        gp 1 31000 goodput-3.5 --acc-len 3.5 --configs eagle3,adaptive-goodput; } &
+                        gp 1 31000 goodput-3.5 --acc-len 3.5 --configs eagle3,adaptive-goodput
+                        gp 1 31000 goodput-tiny --pair tiny --closed 1,8,64 --in-len 64 --out-len 128 \
+                            --configs plain,eagle3,adaptive-goodput; } &
+                      wait ;;
+            goodputfix) gp() {  # GPU, port, step name, bench arguments... (as goodput2)
+                        local gpu=$1 port=$2 name=$3; shift 3
+                        step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
+                            --requests-per-client 2 --rates "" --phases "" --out "$W/$name" "$@"
+                      }
+                      { gp 0 30000 fix-2.5 --acc-len 2.5 --configs adaptive-goodput --closed 1,2,4,8,16,32,64,128 \
+                            --phases 15:2,15:96,15:2
+                        gp 0 30000 fix-1.3 --acc-len 1.3 --configs adaptive-goodput --closed 1,2,4,8,16,32
+                        gp 0 30000 fix-tiny --pair tiny --closed 1,8,64 --in-len 64 --out-len 128 \
+                            --configs adaptive-goodput; } &
+                      { step grammar env CUDA_VISIBLE_DEVICES=1 ADAPTIVE_GPU_PORT_BASE=33000 ADAPTIVE_GPU_REQUIRED=1 \
+                            timeout 420 python -m pytest -m gpu test/gpu/test_grammar_plain.py -v -p no:cacheprovider
+                        gp 1 31000 fix-tiny-static --pair tiny --closed 1,8,64 --in-len 64 --out-len 128 \
+                            --configs plain,eagle3
+                        gp 1 31000 fix-3.5 --acc-len 3.5 --configs adaptive-goodput --closed 16,32,64,128; } &
                       wait ;;
             barrier) wait ;;
             stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \

@@ -111,6 +111,10 @@ class AcceptanceEstimator:
     fresh verify outweighs what came before it.
     """
 
+    # The spread of a step's mean tokens per request assumed before any is seen
+    # (variance, tokens^2), weighted as one step.
+    PRIOR_STEP_VAR = 0.25
+
     def __init__(self, num_steps: int, half_life: float = 64.0, prior_rate: float = 0.5):
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {num_steps}")
@@ -119,12 +123,21 @@ class AcceptanceEstimator:
         self.reached = [1.0] * num_steps
         self.accepted = [prior_rate] * num_steps
         self._aged_at = 0
+        # Per step (not per request): the requests of one batch are not independent
+        # samples (same positions, same content; upstream's simulated acceptance gives
+        # a whole batch one length), so the estimate is only as sure as the number of
+        # steps behind it. Decayed sums of weight, step mean and its square.
+        self._steps = self._sum = self._sum_sq = 0.0
 
     def update(self, num_correct: list[int], step: int) -> None:
         if not num_correct:
             return
         factor = 0.5 ** ((step - self._aged_at) / self.half_life)
         self._aged_at = step
+        mean = 1.0 + sum(num_correct) / len(num_correct)
+        self._steps = self._steps * factor + 1.0
+        self._sum = self._sum * factor + mean
+        self._sum_sq = self._sum_sq * factor + mean * mean
         # k + 1 passes of list.count (C loops), not a Python loop over requests.
         at_least = len(num_correct)
         for i in range(self.k):
@@ -142,6 +155,15 @@ class AcceptanceEstimator:
             chain *= rate
             total += chain
         return total
+
+    def standard_error(self) -> float:
+        """Of ``expected_tokens``, from the spread of the step means and the
+        (decayed) number of steps: infinite before any verify."""
+        if self._steps == 0.0:
+            return math.inf
+        spread = max(0.0, self._sum_sq - self._sum * self._sum / self._steps)
+        var = (spread + self.PRIOR_STEP_VAR) / (self._steps + 1.0)
+        return math.sqrt(var / self._steps)
 
 
 class GoodputPolicy(ModePolicy):
@@ -166,7 +188,9 @@ class GoodputPolicy(ModePolicy):
       does not change the mode the policy is in, nor does a batch the controller
       made speculate against the policy's answer (grammar);
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
-      predict alike do not flap.
+      predict alike do not flap; leaving plain also needs it with the acceptance
+      estimate less one standard error, counted in speculative steps (a probe or two
+      while plain), so one lucky probe does not start speculation.
     """
 
     name = POLICY_GOODPUT
@@ -239,7 +263,12 @@ class GoodputPolicy(ModePolicy):
             if spec >= plain * (1 - self.hysteresis):
                 return True, "goodput"
             return False, "goodput"
-        if spec > plain * (1 + self.hysteresis):
+        # Leaving plain needs the estimate less one standard error to pay: a lucky
+        # probe alone (upstream's simulated acceptance 1.3 gives a whole batch 2
+        # tokens in 3 of 10 steps) must not start a speculative stretch, which the
+        # hysteresis then prolongs (8% of the steps at batch 1 in the 8B sweep).
+        sure = self.acceptance.expected_tokens() - self.acceptance.standard_error()
+        if sure / t_spec > plain * (1 + self.hysteresis):
             return True, "goodput"
         if self._plain_run >= self.probe_interval(t_plain, t_spec):
             return True, "probe"

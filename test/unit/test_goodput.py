@@ -52,6 +52,22 @@ def test_old_evidence_halves_every_half_life_of_launched_steps():
     assert est.rates()[0] == pytest.approx((500 + 0.25) / (1500 + 0.5), rel=1e-3)
 
 
+def test_the_standard_error_counts_steps_not_requests():
+    est = AcceptanceEstimator(K)
+    assert est.standard_error() == float("inf")  # no verify yet: nothing is sure
+    est.update([1] * 128, step=1)
+    one_step = est.standard_error()
+    # 128 requests that accepted alike are one observation of the step's mean,
+    # as sure as a single request's.
+    alone = AcceptanceEstimator(K)
+    alone.update([1], step=1)
+    assert one_step == pytest.approx(alone.standard_error()) and one_step > 0.3
+    # Steps that disagree widen it; many steps narrow it.
+    for i in range(2, 40):
+        est.update([i % 2 * 2] * 128, step=i)
+    assert 0.1 < est.standard_error() < 0.25
+
+
 def test_expected_tokens_span_one_to_k_plus_one():
     low, high = AcceptanceEstimator(K), AcceptanceEstimator(K)
     low.update([0] * 10_000, step=1)
