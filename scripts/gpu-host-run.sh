@@ -69,6 +69,11 @@ if [ "$cmd" = start ]; then
             local rc=$?  # before any $(...) below resets it
             echo "$(date +%T) end $name rc=$rc after $((SECONDS - t0)) s" >>"$W/progress.log"
         }
+        gp() {  # GPU, port, step name, bench arguments...: one bench on one GPU, beside another
+            local gpu=$1 port=$2 name=$3; shift 3
+            step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
+                --requests-per-client 2 --rates "" --phases "" --out "$W/$name" "$@"
+        }
         tinymla() {
             step tinymla env ADAPTIVE_GPU_PARALLEL=6 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=32000 \
                 python -m pytest -m gpu \
@@ -110,25 +115,15 @@ if [ "$cmd" = start ]; then
                             --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                             --closed 1,2,4,8,16,32,64,128 --rates "" --phases "" --out "$W/goodput-$acc"
                       done ;;
-            goodput2) gp() {  # GPU, port, step name, bench arguments...
-                        local gpu=$1 port=$2 name=$3; shift 3
-                        step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
-                            --closed 1,2,4,8,16,32,64,128 --requests-per-client 2 --rates "" --phases "" \
-                            --out "$W/$name" "$@"
-                      }
-                      gp 0 30000 goodput-2.5 --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
+            goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
+                      gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                           --phases 15:2,15:96,15:2 &
-                      { gp 1 31000 goodput-1.3 --acc-len 1.3 --configs plain,eagle3,adaptive-goodput
-                        gp 1 31000 goodput-3.5 --acc-len 3.5 --configs eagle3,adaptive-goodput
+                      { gp 1 31000 goodput-1.3 "${sweep[@]}" --acc-len 1.3 --configs plain,eagle3,adaptive-goodput
+                        gp 1 31000 goodput-3.5 "${sweep[@]}" --acc-len 3.5 --configs eagle3,adaptive-goodput
                         gp 1 31000 goodput-tiny --pair tiny --closed 1,8,64 --in-len 64 --out-len 128 \
                             --configs plain,eagle3,adaptive-goodput; } &
                       wait ;;
-            goodputfix) gp() {  # GPU, port, step name, bench arguments... (as goodput2)
-                        local gpu=$1 port=$2 name=$3; shift 3
-                        step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
-                            --requests-per-client 2 --rates "" --phases "" --out "$W/$name" "$@"
-                      }
-                      { gp 0 30000 fix-2.5 --acc-len 2.5 --configs adaptive-goodput --closed 1,2,4,8,16,32,64,128 \
+            goodputfix) { gp 0 30000 fix-2.5 --acc-len 2.5 --configs adaptive-goodput --closed 1,2,4,8,16,32,64,128 \
                             --phases 15:2,15:96,15:2
                         gp 0 30000 fix-1.3 --acc-len 1.3 --configs adaptive-goodput --closed 1,2,4,8,16,32
                         gp 0 30000 fix-tiny --pair tiny --closed 1,8,64 --in-len 64 --out-len 128 \

@@ -63,8 +63,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="while plain, the acceptance estimate would never refresh: no way back to speculation"),
     Mutant("goodput-trusts-a-lucky-probe", "policy.py",
-           "sure = self.acceptance.expected_tokens() - self.acceptance.standard_error()",
-           "sure = self.acceptance.expected_tokens()",
+           "sure = expected - self.acceptance.standard_error()",
+           "sure = expected",
            (U + "test_goodput_sim.py",),
            why="one probe that happened to accept more would start a speculative stretch where plain pays "
                "(8% of the steps at batch 1, acceptance 1.3, on the GPU)"),

@@ -258,7 +258,8 @@ class GoodputPolicy(ModePolicy):
             return False, "explore"
         t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
         t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
-        plain, spec = 1.0 / t_plain, self.acceptance.expected_tokens() / t_spec
+        expected = self.acceptance.expected_tokens()
+        plain, spec = 1.0 / t_plain, expected / t_spec
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
                 return True, "goodput"
@@ -267,7 +268,7 @@ class GoodputPolicy(ModePolicy):
         # probe alone (upstream's simulated acceptance 1.3 gives a whole batch 2
         # tokens in 3 of 10 steps) must not start a speculative stretch, which the
         # hysteresis then prolongs (8% of the steps at batch 1 in the 8B sweep).
-        sure = self.acceptance.expected_tokens() - self.acceptance.standard_error()
+        sure = expected - self.acceptance.standard_error()
         if sure / t_spec > plain * (1 + self.hysteresis):
             return True, "goodput"
         if self._plain_run >= self.probe_interval(t_plain, t_spec):
