@@ -36,6 +36,11 @@
 #        goodputfix  the goodput configuration alone after a policy fix, beside goodput2's static rows
 #               (GPU 0: 2.5 with the phased load, 1.3 at 1-32, the tiny pair; GPU 1: grammar, the tiny
 #               pair's no-spec and static EAGLE-3, 3.5 at 16-128)
+#        keepwarm  issue 14: the draft keep-warm GPU test on the tiny pair (fp32: tokens against
+#               no-spec, tokens per verify per strategy, recovery after 50-step plain stretches, the
+#               K/V check)
+#        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
+#               c=1, 32, 128, then none and kv again at c=128 (alone on the GPU)
 #        barrier  wait for the steps running in the background (train, trainmla) before the next.
 #               A TP 2 server started beside them refuses to start ("The memory capacity is
 #               unbalanced": SGLang wants the same free memory on both GPUs), so run k25 before
@@ -134,6 +139,16 @@ if [ "$cmd" = start ]; then
                             --configs plain,eagle3
                         gp 1 31000 fix-3.5 --acc-len 3.5 --configs adaptive-goodput --closed 16,32,64,128; } &
                       wait ;;
+            keepwarm) step keepwarm env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu \
+                        test/gpu/test_keep_warm.py -v -p no:cacheprovider ;;
+            keepwarmkv) step keepwarm env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 \
+                        ADAPTIVE_GPU_ONLY=plain,eagle3,plain-long,alternate-1-kv,alternate-7-kv,threshold-8-ramp-kv,alternate-50-kv,alternate-1-no-overlap-kv \
+                        python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider ;;
+            kwcost) step kwcost python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
+                        --keep-warm none,kv,full --closed 1,32,128 --rates "" --phases "" --out "$W/kwcost"
+                    step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
+                        --keep-warm none,kv --closed 128 --requests-per-client 6 --rates "" \
+                        --phases "" --out "$W/kwcost2" ;;
             barrier) wait ;;
             stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \
                         --closed 1,128 --rates "" --phases "" --out "$W/stream" ;;

@@ -48,8 +48,8 @@ class Mutant:
 MUTANTS: tuple[Mutant, ...] = (
     # The seven a reviewer planted that the CPU suite once let through.
     Mutant("war-runner-not-reset", "worker.py",
-           "        self._war_runner = self._draft_worker.draft_runner\n        return super()",
-           "        return super()",
+           "        self._war_runner = self._draft_worker.draft_runner\n        if decode:",
+           "        if decode:",
            (U + "test_worker_plain_step.py",),
            why="after a plain step the scheduler would fence its writes on the target's read, "
                "not the draft-extend's"),
@@ -246,6 +246,30 @@ MUTANTS: tuple[Mutant, ...] = (
            "return sum(a for n, a in batches) / len(batches)",
            (U + "test_log_parsers.py",),
            why="tokens per verify would weigh a batch of 1 like a batch of 30"),
+    # Draft keep-warm (keepwarm.py): acceptance-only defects (tokens stay exact), so the
+    # CPU tests hold each; on the GPU test_keep_warm.py's K/V check and bars do.
+    Mutant("keep-warm-hidden-before-embeds", "keepwarm.py",
+           "x = torch.cat([self.input_layernorm(self.embed(token_ids)), self.hidden_norm(h)], dim=-1)",
+           "x = torch.cat([self.hidden_norm(h), self.input_layernorm(self.embed(token_ids))], dim=-1)",
+           (U + "test_keep_warm.py",),
+           why="the draft layer concatenates embeddings first: the K/V would be another function"),
+    Mutant("keep-warm-refreshes-every-request", "keepwarm.py",
+           "keep = fresh.unsqueeze(1)", "keep = torch.ones_like(fresh).unsqueeze(1)",
+           (U + "test_keep_warm.py",),
+           why="a request prefilled during the plain stretch would lose its fresh draft state"),
+    Mutant("keep-warm-slot-inherits-a-pending-position", "keepwarm.py",
+           "        self.position[batch.req_pool_indices] = -1\n\n\ndef resolve",
+           "        pass\n\n\ndef resolve",
+           (U + "test_keep_warm.py",),
+           why="a new request in a reused slot would draft from its predecessor's stash"),
+    Mutant("keep-warm-graph-padding-writes-stale-slots", "keepwarm.py",
+           "            self.loc[n:b].zero_()\n", "",
+           (U + "test_keep_warm.py",),
+           why="a padded replay would write garbage K/V into slots an earlier, larger step used"),
+    Mutant("keep-warm-full-relays-bonus-only", "scheduler_hooks.py",
+           " or getattr(batch_result, ctl.RESULT_DRAFT_FLAG, False)", "",
+           (U + "test_future_relay.py",),
+           why="'full' would compute fresh draft state at every plain step and drop it"),
     # GPU mutants: numerical defects of the plain step that only real attention shows.
     # The GPU suite serves each in the tiny pair's alternate-1-fp32 configuration and
     # requires outputs that differ from the fp32 no-spec server.

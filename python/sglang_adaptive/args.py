@@ -16,6 +16,8 @@ import argparse
 from typing import Any
 
 from sglang_adaptive.policy import (
+    KEEP_WARM_CHOICES,
+    KEEP_WARM_NONE,
     POLICY_ALTERNATE,
     POLICY_CHOICES,
     POLICY_OFF,
@@ -73,6 +75,17 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="Testing only: with --speculative-switch-policy alternate, run K "
         "speculative decode steps, then K plain ones, and so on (default 1).",
     )
+    group.add_argument(
+        "--speculative-draft-keep-warm",
+        choices=KEEP_WARM_CHOICES,
+        default=None,
+        help="With a switching policy: what a plain decode step does for the draft model. "
+        "'kv': write the draft's K/V of the new position (a projection, no draft "
+        "attention or lm_head) and run one draft pass per request when speculation "
+        "resumes; 'full': run the draft's extend at every plain step; 'none': leave "
+        "the draft alone (acceptance drops after plain stretches). Default: 'kv' where "
+        "the draft supports it (EAGLE-3 Llama draft, unquantized K/V cache), else 'full'.",
+    )
 
 
 def _fail(sentence: str) -> None:
@@ -85,6 +98,7 @@ def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
     policy = getattr(ns, "speculative_switch_policy", None)
     period = getattr(ns, "speculative_switch_alternate_period", None)
     cost_table_path = getattr(ns, "speculative_cost_table_path", None)
+    keep_warm = getattr(ns, "speculative_draft_keep_warm", None)
 
     if threshold is not None and threshold < 0:
         _fail(f"--speculative-disable-batch-threshold must be >= 0, got {threshold}.")
@@ -101,9 +115,13 @@ def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
 
     if policy == POLICY_OFF and cost_table_path is not None:
         _fail("--speculative-cost-table-path needs a switching policy (--speculative-switch-policy).")
+    if policy == POLICY_OFF and keep_warm is not None:
+        _fail("--speculative-draft-keep-warm needs a switching policy (--speculative-switch-policy).")
+    if keep_warm is not None and keep_warm not in KEEP_WARM_CHOICES:
+        _fail(f"--speculative-draft-keep-warm must be one of {', '.join(KEEP_WARM_CHOICES)}, got {keep_warm}.")
 
     config = PolicyConfig(policy=policy, threshold=threshold, alternate_period=period or 1,
-                          cost_table_path=cost_table_path)
+                          cost_table_path=cost_table_path, keep_warm=keep_warm)
     if config.enabled:
         check_combination(ns, config)
     return config
@@ -127,6 +145,9 @@ def check_combination(args: Any, config: PolicyConfig) -> None:
         _fail(f"{flag} and upstream --speculative-adaptive both pick the step count per batch; use one of them.")
     if getattr(args, "enable_multi_layer_eagle", False):
         _fail(f"{flag} does not support --enable-multi-layer-eagle.")
+    if config.keep_warm not in (None, KEEP_WARM_NONE) and algo != "EAGLE3":
+        _fail(f"--speculative-draft-keep-warm {config.keep_warm} needs --speculative-algorithm EAGLE3 "
+              f"(an EAGLE draft reads the target's last hidden state, which plain steps do not keep).")
 
 
 def check_model_family(server_args: Any, config: PolicyConfig, model_config: Any = None) -> None:
@@ -174,7 +195,8 @@ def after_add_cli_args(result, parser, *args, **kwargs):
 
 # The flags as keyword arguments of ServerArgs(...), which sglang.Engine(**kwargs) builds.
 FLAG_KWARGS = ("speculative_disable_batch_threshold", "speculative_switch_policy",
-               "speculative_switch_alternate_period", "speculative_cost_table_path")
+               "speculative_switch_alternate_period", "speculative_cost_table_path",
+               "speculative_draft_keep_warm")
 
 
 class _WithFlags:

@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from collections.abc import Callable
 
 from sglang_adaptive.costs import StepCosts
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 # drops attributes it does not list).
 BATCH_FLAG = "adaptive_speculative"
 RESULT_FLAG = "adaptive_plain"
+# On a plain result that carries fresh draft state (keep-warm 'full'): relay all of it.
+RESULT_DRAFT_FLAG = "adaptive_draft_state"
 
 # ModeStats.summary() as logged ("AdaptiveEAGLE " + summary), for the tools that read
 # it back (GPU tests, benchmark): groups total, plain, speculative, switches and the
@@ -68,6 +71,63 @@ class ModeStats:
         if self.max_plain_reserve:
             text += f", max plain KV reserve: {self.max_plain_reserve}"
         return text
+
+
+# RecoveryProfile.summary() as logged ("AdaptiveEAGLE " + summary): the stretch length,
+# then "step I: TOKENS/VERIFY (VERIFIES)" groups, then the steady value.
+RECOVERY_LOG_PATTERN = r"AdaptiveEAGLE acceptance after plain stretches of >= (\d+) steps: (.*)"
+RECOVERY_STEP_PATTERN = r"step (\d+|>\d+): ([\d.]+) \((\d+)\)"
+
+
+@dataclass
+class RecoveryProfile:
+    """Tokens per verify of speculative steps by their place in a speculative run that
+    follows a plain stretch of at least ``min_stretch`` steps: how fast the draft
+    recovers from plain decoding (the draft keep-warm's measure). Verify results come
+    back in launch order, so each takes the place recorded when its batch was prepared."""
+
+    min_stretch: int = 50
+    depth: int = 32
+    _plain_run: int = 0
+    _place: int = 0  # place of the last speculative batch in its run; 0: not after a stretch
+    _last_speculative: bool | None = None
+    _queue: deque = field(default_factory=lambda: deque(maxlen=16))
+    tokens: dict = field(default_factory=dict)  # place (depth + 1: deeper) -> tokens
+    verifies: dict = field(default_factory=dict)
+    stretches: int = 0
+
+    def on_prepare(self, speculative: bool) -> bool:
+        """Returns True when a speculative run after a stretch begins."""
+        begins = False
+        if not speculative:
+            self._plain_run += 1
+        else:
+            if self._last_speculative is False:
+                begins = self._plain_run >= self.min_stretch
+                self._place = 1 if begins else 0
+                self.stretches += begins
+            elif self._place:
+                self._place += 1
+            self._plain_run = 0
+            self._queue.append(min(self._place, self.depth + 1))
+        self._last_speculative = speculative
+        return begins
+
+    def on_verify(self, verifies: int, tokens: int) -> None:
+        place = self._queue.popleft() if self._queue else 0
+        if place:
+            self.tokens[place] = self.tokens.get(place, 0) + tokens
+            self.verifies[place] = self.verifies.get(place, 0) + verifies
+
+    def rate(self, place: int) -> float | None:
+        n = self.verifies.get(place, 0)
+        return self.tokens[place] / n if n else None
+
+    def summary(self) -> str:
+        parts = [f"step {p if p <= self.depth else f'>{self.depth}'}: {self.rate(p):.3f} ({self.verifies[p]})"
+                 for p in sorted(self.verifies)]
+        return (f"acceptance after plain stretches of >= {self.min_stretch} steps: "
+                + (", ".join(parts) or "none yet"))
 
 
 class ModeController:
@@ -140,6 +200,7 @@ class AdaptiveModeController(ModeController):
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
         self._synced_buckets = 0
         self.telemetry = telemetry or NoTelemetry()
+        self.recovery = RecoveryProfile()
 
     def speculate(self, batch_size: int, has_grammar: bool = False) -> bool:
         # The plain step applies grammar masks (worker._sample_constrained), but until
@@ -160,6 +221,8 @@ class AdaptiveModeController(ModeController):
         total = self.stats.spec_batches + self.stats.plain_batches
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())
+        if self.recovery.on_prepare(speculative) and self.log_interval:
+            logger.info("AdaptiveEAGLE %s", self.recovery.summary())
         if self._syncs and (total % self.sync_every == 0 or self.policy.sync_due()):
             self.sync()
 
@@ -210,7 +273,9 @@ class AdaptiveModeController(ModeController):
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.policy.on_verify(num_correct_drafts_per_req)
         n = len(num_correct_drafts_per_req)
-        self.telemetry.on_verify(n, n + sum(num_correct_drafts_per_req))
+        tokens = n + sum(num_correct_drafts_per_req)
+        self.telemetry.on_verify(n, tokens)
+        self.recovery.on_verify(n, tokens)
 
     def audit_kv(self, reqs) -> None:
         if not self.audit_enabled:

@@ -27,6 +27,14 @@ POLICY_ALTERNATE = "alternate"
 POLICY_GOODPUT = "goodput"
 POLICY_CHOICES = (POLICY_OFF, POLICY_THRESHOLD, POLICY_ALTERNATE, POLICY_GOODPUT)
 
+# What a plain step does for the draft (keepwarm.py): nothing; write the draft K/V
+# of the new position (and run one draft pass when speculation resumes); or run the
+# draft's whole width-1 extend.
+KEEP_WARM_NONE = "none"
+KEEP_WARM_KV = "kv"
+KEEP_WARM_FULL = "full"
+KEEP_WARM_CHOICES = (KEEP_WARM_NONE, KEEP_WARM_KV, KEEP_WARM_FULL)
+
 
 class ModePolicy:
     """Speculate on every batch: the no-op policy (static EAGLE behaviour)."""
@@ -291,6 +299,8 @@ class PolicyConfig:
     threshold: int | None = None
     alternate_period: int = 1
     cost_table_path: str | None = None
+    # None: 'kv' where the draft has a K/V writer, else 'full' (keepwarm.resolve).
+    keep_warm: str | None = None
 
     @property
     def enabled(self) -> bool:

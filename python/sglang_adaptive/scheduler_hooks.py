@@ -106,7 +106,7 @@ def around_resolve_spec_extras(original, self, batch):
 
 
 def around_relay_forward_payload(original, self, future_indices, batch_result):
-    if not getattr(batch_result, ctl.RESULT_FLAG, False):
+    if not getattr(batch_result, ctl.RESULT_FLAG, False) or getattr(batch_result, ctl.RESULT_DRAFT_FLAG, False):
         return original(self, future_indices, batch_result)
     # Without a draft input upstream relays the sampled tokens alone.
     draft_input, batch_result.next_draft_input = batch_result.next_draft_input, None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
-from sglang_adaptive.controller import STATS_LOG_PATTERN
+from sglang_adaptive.controller import RECOVERY_LOG_PATTERN, RECOVERY_STEP_PATTERN, STATS_LOG_PATTERN
 
 COMMON_ARGS = [
     "--attention-backend", "triton",
@@ -406,6 +406,20 @@ class Run:
         batches = [(int(n), float(a)) for n, a, _ in DECODE_LINE_RE.findall(self.log) if a]
         requests = sum(n for n, _ in batches)
         return sum(n * a for n, a in batches) / requests if requests else float("nan")
+
+    def recovery(self) -> dict:
+        """The last acceptance-after-plain-stretch profile of TP rank 0 (controller's
+        RecoveryProfile): {"min_stretch": N, "steps": {place: (tokens per verify,
+        verifies)}}, the place "deep" for the steps past the profile's depth. Empty
+        when none was logged."""
+        found = {}
+        for line in self._lines_with("AdaptiveEAGLE acceptance after plain stretches"):
+            m = re.search(RECOVERY_LOG_PATTERN, line)
+            if m and _tp_rank(line) == 0:
+                steps = {("deep" if p.startswith(">") else int(p)): (float(a), int(n))
+                         for p, a, n in re.findall(RECOVERY_STEP_PATTERN, m.group(2))}
+                found = {"min_stretch": int(m.group(1)), "steps": steps}
+        return found
 
     def accept_length(self) -> float:
         """Tokens per verify over all requests (meaningful when every step speculates)."""

@@ -47,6 +47,15 @@ SYMBOLS: dict[str, str] = {
     "ForwardMode": "sglang.srt.model_executor.forward_batch_info.ForwardMode",
     "CaptureHiddenMode": "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode",
     "EagleDraftInput": "sglang.srt.speculative.eagle_info.EagleDraftInput",
+    # Draft keep-warm (keepwarm.py): a width-1 draft extend, as upstream's after verify.
+    "EagleDraftExtendInput": "sglang.srt.speculative.eagle_info.EagleDraftExtendInput",
+    "prepare_for_draft_extend": "sglang.srt.speculative.eagle_worker_common.prepare_for_draft_extend",
+    "get_spec": "sglang.srt.runtime_context.get_spec",
+    "sample_draft_proposal": "sglang.srt.speculative.spec_utils.sample_draft_proposal",
+    "renorm_draft_probs": "sglang.srt.speculative.spec_utils.renorm_draft_probs",
+    "fast_topk": "sglang.srt.utils.common.fast_topk",
+    "speculative_moe_backend_context": "sglang.srt.layers.moe.utils.speculative_moe_backend_context",
+    "speculative_moe_a2a_backend_context": "sglang.srt.layers.moe.utils.speculative_moe_a2a_backend_context",
     "GenerationBatchResult": "sglang.srt.managers.utils.GenerationBatchResult",
     "SpeculativeAlgorithm": "sglang.srt.speculative.spec_info.SpeculativeAlgorithm",
     "check_cuda_graph_backend": "sglang.srt.model_executor.cuda_graph_config.check_cuda_graph_backend",
@@ -113,6 +122,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "speculative_num_draft_tokens", "extra_keep_alive_refs", "logits_output", "copy_done",
         "grammar_advanced",
     ),
+    "EagleDraftExtendInput": (
+        "hidden_states", "num_correct_drafts", "num_accept_tokens", "num_tokens_per_req",
+        "num_tokens_for_logprob_per_req",
+    ),
     "EagleDraftInput": (
         "bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_probs",
         "dsa_topk_indices", "capture_hidden_mode",
@@ -148,8 +161,10 @@ ASSIGNED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("FutureMap", "need_hidden_states"),
     ("FutureMap", "_forward_buf_initialized"),
     ("GroupCoordinator", "rank_in_group"),
+    ("GroupCoordinator", "world_size"),
     ("EAGLEWorkerV2", "req_to_token_pool"),
     ("EagleDraftWorker", "draft_runner"),
+    ("EagleDraftWorker", "draft_tp_context"),
     ("ReqToTokenPool", "req_to_token"),
     ("BasePrefixCache", "token_to_kv_pool_allocator"),
     ("BaseTokenToKVPoolAllocator", "page_size"),
@@ -204,6 +219,13 @@ PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sglang.srt.managers.scheduler_components.batch_result_processor."
      "SchedulerBatchResultProcessor._accept_grammar_tokens", ("req", "tokens")),
     ("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", ("server_args",)),
+    ("sglang.srt.speculative.eagle_worker_common.prepare_for_draft_extend",
+     ("draft_extend_input", "batch", "predict", "num_draft_tokens", "draft_model_runner",
+      "cuda_graph_runner", "return_hidden_states_before_norm")),
+    ("sglang.srt.speculative.spec_utils.sample_draft_proposal", ("next_token_logits", "temperatures")),
+    ("sglang.srt.utils.common.fast_topk", ("values", "topk", "dim")),
+    ("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer",
+     ("layer", "loc_info", "cache_k", "cache_v")),
 )
 
 

@@ -15,8 +15,8 @@ Spec-v2 conventions a plain step keeps (see docs/design.md):
 - The result carries a full ``EagleDraftInput``: the sampled token as the next bonus
   token, and the draft state (top-k, draft hidden state) it received, passed on
   unchanged, so the FutureMap keeps its shapes and the next speculative step has a
-  valid, if older, draft input. Plain steps do not write draft KV, so acceptance
-  right after a plain stretch is lower; outputs are unaffected (verify is exact).
+  valid, if older, draft input; what the plain step does for the draft (write its
+  K/V, or run its extend) is ``keepwarm``'s, chosen by --speculative-draft-keep-warm.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import os
 
 import torch
 
-from sglang_adaptive import controller as ctl, telemetry, upstream
+from sglang_adaptive import controller as ctl, keepwarm, telemetry, upstream
 from sglang_adaptive.args import get_config
 from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, installed
 from sglang_adaptive.policy import make_policy
@@ -70,6 +70,9 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             else up.CaptureHiddenMode.NULL
         )
         self._plain_state: ModeState | None = None
+        self._keep_warm_request = config.keep_warm
+        # Built with the graphs (init_cuda_graphs): the draft model and pools exist then.
+        self._keep_warm: keepwarm.NoKeepWarm = keepwarm.NoKeepWarm()
         # The runner whose read-done event fences the scheduler's next writes: the
         # draft runner after a speculative step (draft-extend reads last), the
         # target runner after a plain one.
@@ -99,6 +102,16 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             f"{captured_batch_sizes(self._plain_state)}, capture_hidden="
             f"{self._plain_capture_mode.name}, mem={mem_gib:.3f} GB, time={seconds:.1f} s",
         )
+        # EAGLE (not EAGLE-3) drafts read the target's last hidden state, which the plain
+        # graphs do not keep (args.check_combination refuses an explicit strategy there).
+        if self.speculative_algorithm.is_eagle3():
+            self._keep_warm = keepwarm.make_keep_warm(
+                self._keep_warm_request, self, captured_batch_sizes(self._plain_state))
+        up.log_info_on_rank0(
+            logger,
+            f"AdaptiveEAGLE draft keep-warm: {self._keep_warm.name}, "
+            f"stash={self._keep_warm.stash_bytes / 2**20:.1f} MiB, {self._keep_warm.describe_graphs()}",
+        )
 
     @property
     def war_fastpath_runner(self):
@@ -118,20 +131,22 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
     # -- forward --------------------------------------------------------------
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
-        if (
-            batch.forward_mode.is_decode()
-            and not batch.is_extend_in_batch
-            and not getattr(batch, ctl.BATCH_FLAG, True)
-        ):
+        decode = batch.forward_mode.is_decode() and not batch.is_extend_in_batch
+        if decode and not getattr(batch, ctl.BATCH_FLAG, True):
             return self._forward_plain(batch, on_publish, grammar_barrier)
         self._war_runner = self._draft_worker.draft_runner
+        if decode:
+            self._keep_warm.before_spec(batch)
+        elif batch.forward_mode.is_extend():
+            self._keep_warm.on_prefill(batch)
         return super().forward_batch_generation(
             batch, on_publish=on_publish, grammar_barrier=grammar_barrier
         )
 
     def _forward_plain(self, batch, on_publish, grammar_barrier=None):
         runner = self._target_worker.model_runner
-        self._war_runner = runner
+        keep_warm = self._keep_warm
+        self._war_runner = self._draft_worker.draft_runner if keep_warm.reads_after_forward else runner
         draft_input = batch.spec_info
         seq_lens = batch.seq_lens
         new_seq_lens = seq_lens + 1
@@ -165,6 +180,7 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         # KV pool it hands the forward's write set (out_cache_loc) to the allocator.
         # _forward_isolation restores it afterwards, as for a verify step.
         batch.out_cache_loc = plain.out_cache_loc
+        warm = keep_warm.before_plain(batch, new_seq_lens, plain.out_cache_loc)
 
         with installed(runner, self._plain_state):
             forward_batch = up.ForwardBatch.init_new(
@@ -179,15 +195,21 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
                 result = self._target_worker.forward_batch_generation(
                     batch=None, forward_batch=forward_batch
                 )
+        fresh = keep_warm.after_plain(warm, batch, result)
+        topk_p, topk_index, hidden, probs = fresh or (
+            draft_input.topk_p, draft_input.topk_index, draft_input.hidden_states, draft_input.draft_probs)
         result.next_draft_input = up.EagleDraftInput(
             bonus_tokens=result.next_token_ids.to(torch.int32),
-            topk_p=draft_input.topk_p,
-            topk_index=draft_input.topk_index,
-            hidden_states=draft_input.hidden_states,
-            draft_probs=draft_input.draft_probs,
+            topk_p=topk_p,
+            topk_index=topk_index,
+            hidden_states=hidden,
+            draft_probs=probs if probs is not None else draft_input.draft_probs,
             dsa_topk_indices=draft_input.dsa_topk_indices,
             capture_hidden_mode=draft_input.capture_hidden_mode,
         )
+        # The FutureMap relays a plain result's bonus tokens only, unless it carries
+        # fresh draft state (scheduler_hooks.around_relay_forward_payload).
+        setattr(result, ctl.RESULT_DRAFT_FLAG, fresh is not None)
         result.new_seq_lens = new_seq_lens
         result.speculative_num_draft_tokens = 1
         # Under overlap the scheduler pins these two iterations (out_cache_loc etc.).

@@ -315,3 +315,13 @@ def test_report_reads_loadgen_rows_as_closed_loop():
     assert {r["workload"] for r in rows} == {"closed"}
     table = report.ratio_table(rows)
     assert "| 128 | 10732.9 | 5965.4 | 3036.9 | 10633.4 | 0.28 (plain) | 0.99 (plain) |" in table
+
+
+def test_keep_warm_strategies_serve_each_switching_configuration_once_each():
+    plan = configs.server_configs(configs.dummy_pair(), ("plain", "adaptive-threshold"), threshold=0,
+                                  keep_warm=("none", "kv"))
+    assert [(c.label, c.strategy) for c in plan] == [
+        ("plain", None), ("adaptive-threshold-none", "none"), ("adaptive-threshold-kv", "kv")]
+    for c in plan[1:]:
+        assert c.args[-2:] == ["--speculative-draft-keep-warm", c.strategy]
+        assert c.args[c.args.index("--speculative-disable-batch-threshold") + 1] == "0"

@@ -99,3 +99,31 @@ def test_stats_are_logged_every_log_interval(caplog):
         "AdaptiveEAGLE decode batches: 2 (plain 1, 50.0%; speculative 1), switches: 1",
         "AdaptiveEAGLE decode batches: 4 (plain 2, 50.0%; speculative 2), switches: 3",
     ]
+
+
+def test_recovery_profile_files_each_verify_under_its_place_after_a_plain_stretch(caplog):
+    import logging
+    import re
+
+    from sglang_adaptive.testing import Run
+
+    c = ctl.AdaptiveModeController(AlternatePolicy(3), spec_width=4, log_interval=1)
+    c.recovery = ctl.RecoveryProfile(min_stretch=3, depth=2)
+    # spec x2 (no stretch before: not profiled), plain x3, spec x4, plain x2 (too short), spec x1, plain x3, spec
+    modes = [1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0, 1]
+    with caplog.at_level(logging.INFO):
+        for i, m in enumerate(modes):
+            c.on_prepare(bool(m), batch_size=2, forward_iter=i)
+            if m:  # verify results come back in launch order; tokens = 10 + launch index
+                c.on_verify([(10 + i) // 2 - 1, (10 + i + 1) // 2 - 1])
+    steps = c.recovery
+    assert steps.stretches == 2
+    # places 1: launches 5 and 15; 2: launch 6; deeper: 7, 8. Launch 11 follows a 2-step stretch.
+    assert steps.verifies == {1: 4, 2: 2, 3: 4}
+    assert steps.tokens == {1: 15 + 25, 2: 16, 3: 17 + 18}
+    line = [r.getMessage() for r in caplog.records if "after plain stretches" in r.getMessage()][-1]
+    assert line == ("AdaptiveEAGLE acceptance after plain stretches of >= 3 steps: "
+                    "step 1: 7.500 (2), step 2: 8.000 (2), step >2: 8.750 (4)")
+    assert re.search(ctl.RECOVERY_LOG_PATTERN, line)
+    assert Run(results=[], log=line).recovery() == {
+        "min_stretch": 3, "steps": {1: (7.5, 2), 2: (8.0, 2), "deep": (8.75, 4)}}

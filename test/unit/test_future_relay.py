@@ -57,7 +57,7 @@ def draft_input(seed: int):
     )
 
 
-def stash(fmap, draft=None, tokens=None, plain=False):
+def stash(fmap, draft=None, tokens=None, plain=False, fresh_draft=False):
     """Upstream's Scheduler._relay_forward_payload (hooked) on a stand-in scheduler."""
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
@@ -66,6 +66,7 @@ def stash(fmap, draft=None, tokens=None, plain=False):
     res = GenerationBatchResult(next_token_ids=tokens, next_draft_input=draft)
     if plain:
         setattr(res, ctl.RESULT_FLAG, True)
+        setattr(res, ctl.RESULT_DRAFT_FLAG, fresh_draft)
     Scheduler._relay_forward_payload(NS(spec_algorithm=SpeculativeAlgorithm.EAGLE3, future_map=fmap),
                                      ROWS, res)
     return res
@@ -114,3 +115,14 @@ def test_a_speculative_step_still_relays_everything(plugins, future_map):
     got = resolve(future_map, speculative=True)
     for name in ("bonus_tokens", "topk_p", "topk_index", "hidden_states"):
         assert torch.equal(getattr(got, name), getattr(newer, name)), name
+
+
+def test_a_plain_step_with_fresh_draft_state_relays_all_of_it(plugins, future_map):
+    """Keep-warm 'full': the plain step ran the draft, its top-k and hidden state
+    must reach the next speculative step."""
+    stash(future_map, draft_input(1))
+    fresh = draft_input(4)
+    stash(future_map, fresh, tokens=fresh.bonus_tokens, plain=True, fresh_draft=True)
+    got = resolve(future_map, speculative=True)
+    for name in ("bonus_tokens", "topk_p", "topk_index", "hidden_states"):
+        assert torch.equal(getattr(got, name), getattr(fresh, name)), name

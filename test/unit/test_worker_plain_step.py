@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import eagle3_argv
 
-from sglang_adaptive import controller as ctl
+from sglang_adaptive import controller as ctl, keepwarm
 from sglang_adaptive.plain_graph import ModeState
 from sglang_adaptive.upstream import sglang_symbols as up
 from sglang_adaptive.worker import AdaptiveEAGLEWorker
@@ -27,6 +27,7 @@ def plain_worker(runner, forward, req_to_token) -> AdaptiveEAGLEWorker:
     worker._plain_state = ModeState("plain-backend", "decode-graphs",
                                     up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
     worker.req_to_token_pool = NS(req_to_token=req_to_token)
+    worker._keep_warm = keepwarm.NoKeepWarm()
     return worker
 
 
@@ -43,9 +44,9 @@ def draft_input_of(bonus_tokens: list[int]):
         topk_index=torch.arange(1, n + 1).view(n, 1), hidden_states=torch.rand(n, 8))
 
 
-def run_plain_step(monkeypatch, **batch_fields):
+def run_plain_step(monkeypatch, keep_warm=None, **batch_fields):
     """One plain step of a 3-request batch (S = 5, 9, 2); ``batch_fields`` override
-    fields of the scheduler's batch."""
+    fields of the scheduler's batch; ``keep_warm(events)`` builds the keep-warm object."""
     events, forward_batches = [], []
     runner = spec_runner()
 
@@ -64,6 +65,8 @@ def run_plain_step(monkeypatch, **batch_fields):
     monkeypatch.setattr(up.ForwardBatch, "init_new", staticmethod(init_new))
     req_to_token = torch.arange(3 * 16).reshape(3, 16)
     worker = plain_worker(runner, forward, req_to_token)
+    if keep_warm is not None:
+        worker._keep_warm = keep_warm(events)
     draft_input = draft_input_of([4, 5, 6])
     batch = NS(
         spec_info=draft_input, seq_lens=torch.tensor([5, 9, 2]),
@@ -270,6 +273,61 @@ def test_batches_that_stay_on_the_upstream_path(upstream_step, mode, extend_in_b
     assert [c[0] for c in upstream_step] == [batch] and forwards == []
 
 
+# -- draft keep-warm -------------------------------------------------------------
+
+
+class RecordingKeepWarm(keepwarm.NoKeepWarm):
+    def __init__(self, events, fresh=None, reads_after_forward=False):
+        self.events, self.fresh, self.reads_after_forward = events, fresh, reads_after_forward
+
+    def before_plain(self, batch, new_seq_lens, loc):
+        self.events.append(("before_plain", new_seq_lens.tolist(), loc.tolist()))
+        return "state"
+
+    def after_plain(self, state, batch, result):
+        self.events.append(("after_plain", state, result.next_token_ids.tolist()))
+        return self.fresh
+
+    def before_spec(self, batch):
+        self.events.append(("before_spec", batch))
+
+    def on_prefill(self, batch):
+        self.events.append(("on_prefill", batch))
+
+
+def test_keep_warm_gets_its_inputs_before_the_forward_and_runs_after_sampling(monkeypatch):
+    s = run_plain_step(monkeypatch, keep_warm=RecordingKeepWarm)
+    assert [e[0] for e in s.events] == ["publish", "before_plain", "init", "forward", "after_plain"]
+    loc = [s.req_to_token[2, 5].item(), s.req_to_token[0, 9].item(), s.req_to_token[1, 2].item()]
+    assert s.events[1] == ("before_plain", [6, 10, 3], loc)
+    assert s.events[4] == ("after_plain", "state", [7, 8, 9])
+    assert getattr(s.result, ctl.RESULT_DRAFT_FLAG) is False
+    assert s.result.next_draft_input.topk_p is s.draft_input.topk_p
+
+
+def test_fresh_draft_state_of_a_plain_step_rides_on_its_result(monkeypatch):
+    fresh = (torch.ones(3, 1), torch.tensor([[1], [2], [3]]), torch.zeros(3, 8), None)
+    s = run_plain_step(monkeypatch, keep_warm=lambda ev: RecordingKeepWarm(ev, fresh, reads_after_forward=True))
+    nxt = s.result.next_draft_input
+    assert nxt.topk_p is fresh[0] and nxt.topk_index is fresh[1] and nxt.hidden_states is fresh[2]
+    assert nxt.bonus_tokens.tolist() == [7, 8, 9]
+    assert getattr(s.result, ctl.RESULT_DRAFT_FLAG) is True, "the FutureMap must relay all of it"
+    # Its draft pass reads req_to_token after the target graph: fence on the whole step.
+    assert s.worker.war_fastpath_runner == "draft-runner"
+
+
+@pytest.mark.parametrize("mode, extend_in_batch, want", [
+    ("DECODE", False, "before_spec"), ("EXTEND", False, "on_prefill"), ("DECODE", True, None)])
+def test_keep_warm_hears_of_speculative_and_prefill_batches(upstream_step, mode, extend_in_batch, want):
+    worker = plain_worker(spec_runner(), None, torch.zeros(1, 1))
+    events = []
+    worker._keep_warm = RecordingKeepWarm(events)
+    batch = NS(forward_mode=up.ForwardMode[mode], is_extend_in_batch=extend_in_batch)
+    setattr(batch, ctl.BATCH_FLAG, True)
+    assert worker.forward_batch_generation(batch) == "spec-result"
+    assert events == ([(want, batch)] if want else [])
+
+
 # -- construction ----------------------------------------------------------------
 
 
@@ -402,15 +460,31 @@ def test_cuda_graphs_add_the_plain_set_after_upstream_ones(built, monkeypatch):
 
     monkeypatch.setattr(up.EAGLEWorkerV2, "init_cuda_graphs", lambda self: events.append("upstream"))
     monkeypatch.setattr(worker_mod, "build_plain_state", build_plain_state)
+    kept_warm = keepwarm.FullKeepWarm(None)
+    monkeypatch.setattr(keepwarm, "make_keep_warm",
+                        lambda requested, w, sizes: events.append(("keep-warm", requested, w, sizes)) or kept_warm)
     worker.init_cuda_graphs()
     # Upstream's verify and draft graphs first: the plain set gets its own backend.
     assert events == ["upstream", ("plain", worker._target_worker.model_runner,
-                                   up.CaptureHiddenMode.LAST, "cpu", 0)]
-    assert worker._plain_state is state
+                                   up.CaptureHiddenMode.LAST, "cpu", 0), ("keep-warm", None, worker, [1, 2, 4])]
+    assert worker._plain_state is state and worker._keep_warm is kept_warm
     assert worker._additional_graph_memory_usage == {"plain_decode": 1.25}
     assert worker._additional_graph_time_usage == {"plain_decode": 3.5}
-    assert built.logs[-1] == ("AdaptiveEAGLE plain DECODE set built: batch sizes [1, 2, 4], "
-                              "capture_hidden=LAST, mem=1.250 GB, time=3.5 s")
+    assert built.logs[-2:] == ["AdaptiveEAGLE plain DECODE set built: batch sizes [1, 2, 4], "
+                               "capture_hidden=LAST, mem=1.250 GB, time=3.5 s",
+                               "AdaptiveEAGLE draft keep-warm: full, stash=0.0 MiB, eager"]
+
+
+def test_an_eagle_server_keeps_no_draft_warm(built, monkeypatch):
+    import sglang_adaptive.worker as worker_mod
+
+    worker = built.build("--speculative-disable-batch-threshold", "16", algorithm="EAGLE")
+    monkeypatch.setattr(up.EAGLEWorkerV2, "init_cuda_graphs", lambda self: None)
+    monkeypatch.setattr(worker_mod, "build_plain_state", lambda *a, **k: (
+        ModeState("b", None, up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.NULL), 0.0, 0.0))
+    monkeypatch.setattr(keepwarm, "make_keep_warm", lambda *a: pytest.fail("EAGLE drafts are not kept warm"))
+    worker.init_cuda_graphs()
+    assert worker._keep_warm.name == "none"
 
 
 def test_attention_backends_include_the_plain_one():

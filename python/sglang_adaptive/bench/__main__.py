@@ -54,6 +54,9 @@ def parse_args(argv=None):
     p.add_argument("--threshold", type=int, default=16, help="adaptive-threshold's batch size")
     p.add_argument("--steps", type=int, default=3, help="speculative steps (topk 1, steps+1 draft tokens)")
     p.add_argument("--acc-len", type=float, default=2.5, help="simulated acceptance (dummy pair)")
+    p.add_argument("--keep-warm", default="",
+                   help="draft keep-warm strategies (none,kv,full): serve each switching "
+                        "configuration once per strategy (default: the server's default only)")
     p.add_argument("--max-bs", type=int, default=128)
     p.add_argument("--closed", default="1,8,32,128", help="concurrencies; empty to skip")
     p.add_argument("--requests-per-client", type=int, default=4,
@@ -139,9 +142,12 @@ def describe(w) -> str:
     return "phased " + ",".join(f"{s:g}s@{c}" for s, c in w.phases)
 
 
-def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None) -> dict:
+def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None,
+            strategy: str | None = None) -> dict:
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
+    if strategy is not None:
+        row["strategy"] = strategy
     if pair is not None:
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
@@ -159,7 +165,8 @@ def main(argv=None, server_factory=Server) -> int:
     a = parse_args(argv)
     pair = pair_of(a)
     plan = configs.server_configs(pair, [x for x in a.configs.split(",") if x],
-                                  threshold=a.threshold, steps=a.steps, max_bs=a.max_bs)
+                                  threshold=a.threshold, steps=a.steps, max_bs=a.max_bs,
+                                  keep_warm=tuple(x for x in a.keep_warm.split(",") if x))
     loads = workloads(a)
     out = Path(a.out)
     print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points -> {out}", flush=True)
@@ -184,7 +191,7 @@ def main(argv=None, server_factory=Server) -> int:
                 warm_up(srv.url, a)
                 print(f"[{i}/{len(plan)} {cfg.label}] warmed up in {time.time() - t1:.0f} s", flush=True)
             for j, w in enumerate(loads):
-                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair)
+                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair, strategy=cfg.strategy)
                 rows.append(row)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")

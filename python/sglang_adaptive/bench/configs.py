@@ -70,6 +70,7 @@ class ServerConfig:
     label: str
     args: list
     env: dict
+    strategy: str | None = None  # --speculative-draft-keep-warm, where set (the rows' `strategy`)
 
     def command(self) -> str:
         env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
@@ -89,7 +90,9 @@ def common_args(pair: Pair, max_bs: int) -> list:
 
 
 def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int = 3,
-                   max_bs: int = 128) -> list[ServerConfig]:
+                   max_bs: int = 128, keep_warm=()) -> list[ServerConfig]:
+    """``keep_warm``: draft keep-warm strategies; each switching configuration is then
+    served once per strategy, labelled LABEL-STRATEGY."""
     base = common_args(pair, max_bs)
     spec = base + eagle3_args(pair.draft, steps)
     table = {
@@ -109,4 +112,12 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
     unknown = [label for label in labels if label not in table]
     if unknown:
         raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; known: {', '.join(table)}")
-    return [ServerConfig(label, list(table[label][0]), dict(table[label][1])) for label in labels]
+    out = []
+    for label in labels:
+        args, env = table[label]
+        if label.startswith("adaptive-") and keep_warm:
+            out += [ServerConfig(f"{label}-{s}", [*args, "--speculative-draft-keep-warm", s], dict(env), s)
+                    for s in keep_warm]
+        else:
+            out.append(ServerConfig(label, list(args), dict(env)))
+    return out

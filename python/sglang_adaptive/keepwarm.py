@@ -1,0 +1,430 @@
+"""Draft keep-warm: what a plain decode step does for the EAGLE-3 draft.
+
+A plain step at position S decodes the bonus token ``tok[S]`` and samples
+``tok[S+1]``; the target hands over its aux hidden states ``aux[S]`` (the plain
+graphs capture them). The draft's K/V at S encode ``(embed(tok[S+1]), fc(aux[S]))``
+at position S, written to the draft pool at the slot the target used
+(``req_to_token[req, S]``; the draft pool shares the index space). Left unwritten,
+that slot is a hole the draft attends over for the rest of the request (and, through
+the radix cache, for requests that share the prefix), and the next speculative step
+drafts from a top-k and hidden state that never saw the plain tokens.
+
+Strategies (``--speculative-draft-keep-warm``), each one object with the same four
+calls, so the worker has no ``if enabled:``:
+
+- ``none``: nothing (``NoKeepWarm``).
+- ``kv``: per plain step, the K/V of the new position only: embedding, ``fc`` and
+  the draft layer's two input norms and K/V projection (rope on K), then the pool
+  write. No draft attention, MLP, lm_head or top-k: in EAGLE-3 the K/V at a position
+  depend on that position's inputs alone (at TP 1 one CUDA graph per plain batch
+  size). The ``fc`` output is stashed per request slot; when speculation resumes,
+  one width-1 draft pass per request that ended on a plain step (from the stash and
+  its bonus token) produces the top-k and hidden state the first speculative step
+  drafts from, as if the draft had never stopped.
+- ``full``: per plain step, the draft's whole width-1 extend (upstream's
+  ``prepare_for_draft_extend`` + an eager draft forward), whose top-k and hidden
+  state ride on the plain result.
+
+The K/V writer knows the Llama EAGLE-3 draft (one layer) on an unquantized MHA pool.
+Any other draft (the MLA draft of Kimi K2.5, an FP8 or sliding-window draft pool)
+takes ``full`` by default and refuses an explicit ``kv`` at start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from sglang_adaptive.args import ConfigError
+from sglang_adaptive.policy import KEEP_WARM_FULL, KEEP_WARM_KV, KEEP_WARM_NONE
+from sglang_adaptive.upstream import sglang_symbols as up
+
+logger = logging.getLogger(__name__)
+
+# Testing only: after each K/V write, run the full width-1 draft extend at the same
+# position too and log how far the K/V it writes differ from the writer's (a host
+# sync per plain step). The GPU test reads the last line (CHECK_LOG_PATTERN).
+CHECK_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_CHECK"
+CHECK_LOG_PATTERN = (r"AdaptiveEAGLE keep-warm check: (\d+) plain steps, max \|kv - draft extend\| "
+                     r"K ([\d.e+-]+) V ([\d.e+-]+), max \|K\| ([\d.e+-]+) \|V\| ([\d.e+-]+)")
+CHECK_LOG_EVERY = 20
+
+# Draft model classes the K/V writer knows, and the one pool class it writes.
+KV_DRAFT_CLASSES = ("LlamaForCausalLMEagle3",)
+KV_POOL_CLASS = "MHATokenToKVPool"
+
+
+class NoKeepWarm:
+    """``none``: plain steps leave the draft alone."""
+
+    name = KEEP_WARM_NONE
+    stash_bytes = 0
+    # The plain step reads shared scheduler buffers after its target graph.
+    reads_after_forward = False
+
+    def before_plain(self, batch, new_seq_lens, loc):
+        """Called before the plain forward is enqueued; returns what ``after_plain`` needs.
+        ``new_seq_lens`` (S + 1) and ``loc`` (the slots of position S) are this step's
+        own tensors, not the scheduler's."""
+        return None
+
+    def after_plain(self, state, batch, result):
+        """Called after sampling. Returns the fresh draft state (topk_p, topk_index,
+        hidden_states, draft_probs) for the next step, or None to pass the old one on."""
+        return None
+
+    def before_spec(self, batch) -> None:
+        """Called before a speculative decode step; may refresh ``batch.spec_info``."""
+
+    def on_prefill(self, batch) -> None:
+        """Called before a prefill (extend) batch."""
+
+    def describe_graphs(self) -> str:
+        return "eager"
+
+
+class DraftPass:
+    """One width-1 draft extend: the draft forward at one position per request, its
+    K/V write included, through upstream's own preparation (eager: the draft-extend
+    graphs are captured at the start-up width)."""
+
+    def __init__(self, draft_worker, topk: int):
+        self.worker = draft_worker
+        self.runner = draft_worker.draft_runner
+        self.topk = topk
+
+    def __call__(self, batch, token_ids, hidden, prefix_lens, prefix_lens_cpu, loc):
+        """Draft position ``prefix_lens`` of each request: input ``token_ids`` (the
+        token after it), ``hidden`` (the target's aux hidden at it, or their ``fc``
+        output), K/V written to ``loc``. Returns (topk_p, topk_index, hidden, probs)."""
+        bs = token_ids.shape[0]
+        ones = torch.ones(bs, dtype=torch.int32, device=token_ids.device)
+        extend_input = up.EagleDraftExtendInput(
+            hidden_states=hidden,
+            num_correct_drafts=ones - 1,
+            num_accept_tokens=ones,
+            num_tokens_per_req=1,
+            num_tokens_for_logprob_per_req=1,
+        )
+        # prepare_for_draft_extend rewrites the batch it is given; the scheduler's stays.
+        view = copy.copy(batch)
+        view.seq_lens = prefix_lens
+        view.seq_lens_cpu = prefix_lens_cpu
+        view.out_cache_loc = loc
+        with self.contexts():
+            forward_batch = up.prepare_for_draft_extend(
+                extend_input, view, token_ids, 1, self.runner, None,
+                return_hidden_states_before_norm=False,
+            )
+            out = self.runner.forward(forward_batch).logits_output
+        logits = out.next_token_logits
+        # The same choice as upstream's draft extend after verify.
+        probs = None
+        if up.get_spec().speculative_use_rejection_sampling:
+            probs, topk_p, topk_index = up.sample_draft_proposal(logits, batch.sampling_info.temperatures)
+        elif self.topk == 1:
+            topk_index = torch.argmax(logits, dim=-1, keepdim=True)
+            topk_p = torch.ones_like(topk_index, dtype=torch.float32)
+        else:
+            p = up.renorm_draft_probs(logits, batch.sampling_info,
+                                      up.get_spec().speculative_use_rejection_sampling)
+            topk_p, topk_index = up.fast_topk(p, self.topk, dim=-1)
+        return topk_p, topk_index, out.hidden_states, probs
+
+    def contexts(self):
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.worker.draft_tp_context(self.runner.tp_group))
+        stack.enter_context(up.speculative_moe_backend_context())
+        stack.enter_context(up.speculative_moe_a2a_backend_context())
+        return stack
+
+
+class FullKeepWarm(NoKeepWarm):
+    """``full``: the draft's width-1 extend at every plain step."""
+
+    name = KEEP_WARM_FULL
+    # The draft pass builds attention metadata from req_to_token after the target
+    # graph: the scheduler must fence its next writes on the whole step.
+    reads_after_forward = True
+
+    def __init__(self, draft_pass: DraftPass):
+        self.draft_pass = draft_pass
+
+    def before_plain(self, batch, new_seq_lens, loc):
+        return new_seq_lens - 1, loc
+
+    def after_plain(self, state, batch, result):
+        positions, loc = state
+        return self.draft_pass(
+            batch, result.next_token_ids.to(torch.int64), result.logits_output.hidden_states,
+            positions, batch.seq_lens_cpu, loc,
+        )
+
+
+class LlamaKVWriter:
+    """The draft K/V of one position per request for ``LlamaForCausalLMEagle3``,
+    computed as its layer 0 computes them (``llama_eagle3.LlamaModel.forward`` and
+    ``LlamaDecoderLayer.forward``), minus everything the K/V do not depend on."""
+
+    def __init__(self, model, pool):
+        inner = model.model
+        self.embed = inner.embed_tokens
+        self.input_norm, self.fc_norm, self.fc = inner.input_norm, inner.fc_norm, inner.fc
+        self.num_aux = inner.num_aux_hidden_states
+        layer = inner.layers[0]
+        self.input_layernorm, self.hidden_norm = layer.input_layernorm, layer.hidden_norm
+        attn = layer.self_attn
+        self.rotary, self.radix = attn.rotary_emb, attn.attn
+        self.head_dim, self.num_kv_heads = attn.head_dim, attn.num_kv_heads
+        self.q_size, self.kv_size = attn.q_size, attn.kv_size
+        # The K/V rows of this rank's fused QKV weight (q rows first): a view, no copy.
+        self.w_kv = attn.qkv_proj.weight[self.q_size:self.q_size + 2 * self.kv_size]
+        self.pool = pool
+        self.hidden_size = inner.fc.out_features
+        self.aux_width = inner.fc.in_features
+
+    def fc_hidden(self, aux):
+        h = aux
+        if self.input_norm is not None:
+            h = self.input_norm(h)
+        if self.fc_norm is not None:
+            h = torch.cat([norm(c) for norm, c in zip(self.fc_norm, h.chunk(self.num_aux, dim=-1))], dim=-1)
+        return self.fc(h)
+
+    def write(self, token_ids, aux, positions, loc):
+        """Write the K/V; returns the ``fc`` output (the draft's input hidden state)."""
+        h = self.fc_hidden(aux)
+        x = torch.cat([self.input_layernorm(self.embed(token_ids)), self.hidden_norm(h)], dim=-1)
+        k, v = F.linear(x, self.w_kv).split([self.kv_size, self.kv_size], dim=-1)
+        # The rope kernel wants a query: one head of scratch.
+        # The rope kernels want a query with a multiple of the K heads: scratch.
+        _, k = self.rotary(positions, torch.empty_like(k), k)
+        self.pool.set_kv_buffer(
+            self.radix, loc,
+            k.reshape(-1, self.num_kv_heads, self.head_dim), v.reshape(-1, self.num_kv_heads, self.head_dim),
+        )
+        return h
+
+
+class KVCheck:
+    """Compares the writer's K/V with what the draft's own extend writes at the same
+    slots (``CHECK_ENV``): the writer must reproduce the draft layer's K/V."""
+
+    def __init__(self, writer: LlamaKVWriter):
+        self.writer = writer
+        self.steps = 0
+        self.max_diff = [0.0, 0.0]
+        self.max_abs = [0.0, 0.0]
+
+    def __call__(self, run_draft_pass, loc) -> None:
+        layer_id = self.writer.radix.layer_id
+        buffers = (self.writer.pool.get_key_buffer(layer_id), self.writer.pool.get_value_buffer(layer_id))
+        written = [b[loc].float() for b in buffers]
+        run_draft_pass()
+        for i, (b, w) in enumerate(zip(buffers, written)):
+            ref = b[loc].float()
+            self.max_diff[i] = max(self.max_diff[i], (ref - w).abs().max().item())
+            self.max_abs[i] = max(self.max_abs[i], ref.abs().max().item())
+        self.steps += 1
+        if self.steps % CHECK_LOG_EVERY == 1:
+            logger.info(
+                "AdaptiveEAGLE keep-warm check: %d plain steps, max |kv - draft extend| K %.3e V %.3e, "
+                "max |K| %.3e |V| %.3e", self.steps, *self.max_diff, *self.max_abs)
+
+
+class WriterGraphs:
+    """The K/V write and the stash of one plain step, captured per batch size over
+    static inputs; padding rows write to the draft pool's padding slot 0 and the
+    stash's dump row. Captured before serving, so those writes are harmless."""
+
+    def __init__(self, keep: KVKeepWarm, batch_sizes: list[int]):
+        tic = time.perf_counter()
+        free_before = torch.cuda.mem_get_info()[0]
+        self.keep, self.batch_sizes = keep, batch_sizes
+        device, max_bs = keep.hidden.device, batch_sizes[-1]
+        writer = keep.writer
+        self.tokens = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self.aux = torch.zeros(max_bs, writer.aux_width, dtype=keep.hidden.dtype, device=device)
+        self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self.loc = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self.slots = torch.full((max_bs,), keep.dump_slot, dtype=torch.int64, device=device)
+        self.graphs = {}
+        pool = torch.cuda.graph_pool_handle()
+        for bs in batch_sizes:  # warm-up: kernels compile on first use, not under capture
+            self._body(bs)
+        torch.cuda.synchronize()
+        for bs in reversed(batch_sizes):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self._body(bs)
+            self.graphs[bs] = graph
+        torch.cuda.synchronize()
+        self.memory_gib = (free_before - torch.cuda.mem_get_info()[0]) / 2**30
+        self.seconds = time.perf_counter() - tic
+
+    def _body(self, bs: int) -> None:
+        self.keep._write(self.tokens[:bs], self.aux[:bs], self.positions[:bs], self.loc[:bs], self.slots[:bs])
+
+    def bucket(self, n: int) -> int | None:
+        return next((b for b in self.batch_sizes if b >= n), None)
+
+    def load_indices(self, n, slots, new_seq_lens, loc) -> None:
+        b = self.bucket(n)
+        if b > n:  # padding rows: the padding slot, the dump row
+            self.loc[n:b].zero_()
+            self.slots[n:b].fill_(self.keep.dump_slot)
+        self.slots[:n].copy_(slots)
+        torch.sub(new_seq_lens, 1, out=self.positions[:n])
+        self.loc[:n].copy_(loc)
+
+    def run(self, n, token_ids, aux):
+        """Replay for ``n`` requests; returns this step's positions and slots (views)."""
+        self.tokens[:n].copy_(token_ids)
+        self.aux[:n].copy_(aux)
+        self.graphs[self.bucket(n)].replay()
+        return self.positions[:n], self.loc[:n]
+
+
+def kv_writer_unsupported_reason(model, pool) -> str | None:
+    """Why the K/V writer cannot serve this draft, or None."""
+    name = type(model).__name__
+    if name not in KV_DRAFT_CLASSES:
+        return f"the draft model {name} has no K/V writer (it knows {', '.join(KV_DRAFT_CLASSES)})"
+    if len(model.model.layers) != 1:
+        return f"the draft has {len(model.model.layers)} layers (the K/V of layers after the first need the full forward)"
+    if type(pool).__name__ != KV_POOL_CLASS:
+        return f"the draft KV pool is {type(pool).__name__} (the writer handles {KV_POOL_CLASS} only)"
+    attn = model.model.layers[0].self_attn
+    if attn.attn.k_scale is not None or attn.qkv_proj.weight.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return "the draft's K/V projection or cache is quantized"
+    if getattr(model, "_draft_window_size", None) is not None:
+        return "the draft attends over a sliding window"
+    return None
+
+
+class KVKeepWarm(NoKeepWarm):
+    """``kv``: the K/V of each plain position, one draft pass when speculation resumes."""
+
+    name = KEEP_WARM_KV
+
+    def __init__(self, writer: LlamaKVWriter, draft_pass: DraftPass, req_to_token, device, check=False):
+        self.writer, self.draft_pass, self.req_to_token = writer, draft_pass, req_to_token
+        self.check = KVCheck(writer) if check else None
+        # The check's draft pass reads req_to_token after the target graph.
+        self.reads_after_forward = check
+        slots = req_to_token.shape[0]
+        dtype = writer.w_kv.dtype
+        # Per request slot: the fc output of its last plain position, and that position
+        # (-1: none pending). A spec step refreshes the slots whose position is S - 1.
+        # One row more: the graphs' padding rows write there.
+        self.dump_slot = slots
+        self.hidden = torch.zeros(slots + 1, writer.hidden_size, dtype=dtype, device=device)
+        self.position = torch.full((slots + 1,), -1, dtype=torch.int64, device=device)
+        self.stash_bytes = self.hidden.numel() * self.hidden.element_size() + self.position.numel() * 8
+        # A host flag, no sync: whether a plain step ran since the last spec step.
+        self.pending = False
+        self.graphs: WriterGraphs | None = None
+
+    def capture(self, batch_sizes) -> tuple[float, float]:
+        """CUDA graphs of the write and the stash for these batch sizes (the plain
+        set's). Returns (GiB, seconds). Eager launches cost the host ~12 kernel
+        launches per plain step, about 1% of a step at 128 requests on an 8B model."""
+        self.graphs = WriterGraphs(self, sorted(batch_sizes))
+        return self.graphs.memory_gib, self.graphs.seconds
+
+    def describe_graphs(self) -> str:
+        g = self.graphs
+        if g is None:
+            return "eager"
+        return f"graphs for batch sizes {g.batch_sizes[0]}-{g.batch_sizes[-1]}: mem={g.memory_gib:.3f} GB, time={g.seconds:.1f} s"
+
+    def _write(self, token_ids, aux, positions, loc, slots):
+        hidden = self.writer.write(token_ids, aux, positions, loc)
+        self.hidden[slots] = hidden
+        self.position[slots] = positions
+
+    def before_plain(self, batch, new_seq_lens, loc):
+        graphs = self.graphs
+        n = new_seq_lens.shape[0]
+        if graphs is not None and graphs.bucket(n) is not None:
+            graphs.load_indices(n, batch.req_pool_indices, new_seq_lens, loc)
+            return n
+        # Copied before the target graph's read-done event: the scheduler may rewrite
+        # the batch's index tensors once the graph has read them.
+        return batch.req_pool_indices.clone(), new_seq_lens - 1, loc
+
+    def after_plain(self, state, batch, result):
+        token_ids, aux = result.next_token_ids, result.logits_output.hidden_states
+        if isinstance(state, int):
+            positions, loc = self.graphs.run(state, token_ids, aux)
+        else:
+            slots, positions, loc = state
+            self._write(token_ids.to(torch.int64), aux, positions, loc, slots)
+        if self.check is not None:
+            ids = token_ids.to(torch.int64)
+            self.check(lambda: self.draft_pass(batch, ids, aux, positions, batch.seq_lens_cpu, loc), loc)
+        self.pending = True
+        return None
+
+    def before_spec(self, batch) -> None:
+        info = batch.spec_info
+        if not self.pending or info is None:  # None: an idle batch, upstream builds its input
+            return
+        self.pending = False
+        slots = batch.req_pool_indices
+        last = (batch.seq_lens - 1).to(torch.int64)
+        fresh = self.position[slots] == last
+        # Requests that did not end on a plain step (new since a prefill) keep their
+        # draft state; their pass writes to the padding slot 0.
+        loc = torch.where(fresh, self.req_to_token[slots, last], 0).to(torch.int64)
+        last_cpu = None if batch.seq_lens_cpu is None else batch.seq_lens_cpu - 1
+        topk_p, topk_index, hidden, probs = self.draft_pass(
+            batch, info.bonus_tokens.to(torch.int64), self.hidden[slots], last, last_cpu, loc)
+        keep = fresh.unsqueeze(1)
+        info.topk_p = torch.where(keep, topk_p, info.topk_p)
+        info.topk_index = torch.where(keep, topk_index, info.topk_index)
+        info.hidden_states = torch.where(keep, hidden.to(info.hidden_states.dtype), info.hidden_states)
+        if probs is not None and info.draft_probs is not None:
+            info.draft_probs = torch.where(keep, probs, info.draft_probs)
+        self.position[slots] = -1
+
+    def on_prefill(self, batch) -> None:
+        # A slot's new request must not inherit its old request's pending position.
+        self.position[batch.req_pool_indices] = -1
+
+
+def resolve(requested: str | None, model, pool) -> str:
+    """The strategy to run: the requested one, or the default for this draft."""
+    reason = kv_writer_unsupported_reason(model, pool)
+    if requested is None:
+        return KEEP_WARM_KV if reason is None else KEEP_WARM_FULL
+    if requested == KEEP_WARM_KV and reason is not None:
+        raise ConfigError(f"sglang_adaptive: --speculative-draft-keep-warm kv cannot serve this draft: {reason}; "
+                          f"use full or none.")
+    return requested
+
+
+def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoKeepWarm:
+    """The keep-warm object of an ``EAGLEWorkerV2`` (after its models are loaded).
+    ``batch_sizes``: the plain graph set's; the K/V write is captured at each (at
+    TP 1: under TP the embedding's all-reduce would need SGLang's capture context)."""
+    draft_worker = eagle_worker._draft_worker
+    runner = draft_worker.draft_runner
+    strategy = resolve(requested, runner.model, runner.token_to_kv_pool)
+    if strategy == KEEP_WARM_NONE:
+        return NoKeepWarm()
+    draft_pass = DraftPass(draft_worker, eagle_worker.topk)
+    if strategy == KEEP_WARM_FULL:
+        return FullKeepWarm(draft_pass)
+    writer = LlamaKVWriter(runner.model, runner.token_to_kv_pool)
+    keep = KVKeepWarm(writer, draft_pass, eagle_worker.req_to_token_pool.req_to_token, eagle_worker.device,
+                      check=os.environ.get(CHECK_ENV, "0") == "1")
+    if batch_sizes and runner.tp_group.world_size == 1:
+        keep.capture(batch_sizes)
+    return keep

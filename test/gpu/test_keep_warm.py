@@ -1,0 +1,156 @@
+"""Draft keep-warm (issue 14) on the trained tiny pair, fp32: every strategy returns
+the no-spec server's tokens under switching, ``kv`` keeps acceptance near static
+EAGLE-3's, and its K/V equal what the draft's own extend writes. On the GPU host:
+
+    ADAPTIVE_GPU_PARALLEL=8 python -m pytest -m gpu test/gpu/test_keep_warm.py -v
+
+Writes ``$OUT/keep-warm.jsonl``: one row per configuration with ``label``,
+``strategy`` and ``tokens_per_verify`` (speculative batches only), and for the
+50-step alternation the acceptance of the 1st, 5th and 20th speculative step after
+each plain stretch against the steps past the 32nd (steady state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+from suite import ENV32, FP32_ARGS, RAMP, base_args, collect, configs
+from test_tiny_pair import PAIR, text_requests
+
+from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN
+from sglang_adaptive.testing import mismatching_requests
+
+pytestmark = pytest.mark.gpu
+
+STRATEGIES = ("none", "kv", "full")
+# Switching configurations, each served once per strategy: (base label in
+# suite.configs or an alternation period, load).
+SWITCHING = ("alternate-1", "alternate-7", "threshold-8-ramp", "alternate-50")
+# Issue 14's bars for kv (tokens per verify in speculative batches; static EAGLE-3
+# gives 2.34 on this pair).
+KV_BARS = {"alternate-1": 2.2, "alternate-7": 2.3, "threshold-8-ramp": 2.3}
+RECOVERY_BAR = 0.95  # kv: 1st speculative step after a 50-step plain stretch / steady state
+RECOVERY_PLACES = (1, 5, 20)
+# fp32 K/V of the writer against the draft's extend: both compute the same products,
+# in another order (the writer multiplies by the K/V rows of the fused weight only).
+CHECK_RTOL = 1e-4
+LONG_LOAD = dict(n=240, seed=3, prompt=(16, 300), output=(150, 300))
+
+
+def label_of(base: str, strategy: str) -> str:
+    return f"{base}-{strategy}"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "12000") + FP32_ARGS
+    table = configs(base, PAIR / "eagle3", labels=("plain", "eagle3", "alternate-1", "alternate-7",
+                                                    "threshold-8-ramp"), env=ENV32)
+    spec_args = table["eagle3"][0]
+    table["alternate-50"] = (spec_args + ["--speculative-switch-policy", "alternate",
+                                          "--speculative-switch-alternate-period", "50"], ENV32, 16)
+    served = {"plain": table["plain"], "eagle3": table["eagle3"]}
+    long_reqs = text_requests(LONG_LOAD["n"], seed=LONG_LOAD["seed"], prompt=LONG_LOAD["prompt"],
+                              output=LONG_LOAD["output"])
+    requests_for = {"plain-long": long_reqs}
+    served["plain-long"] = table["plain"]
+    for name in SWITCHING:
+        args, env, load = table[name]
+        for strategy in STRATEGIES:
+            label = label_of(name, strategy)
+            # kv also checks its K/V against the draft's extend at every plain step.
+            extra_env = {CHECK_ENV: "1"} if strategy == "kv" else {}
+            served[label] = (args + ["--speculative-draft-keep-warm", strategy], {**env, **extra_env}, load)
+            if name == "alternate-50":
+                requests_for[label] = long_reqs
+    # The same on the path without the overlap scheduler.
+    args, env, load = table["alternate-1"]
+    served["alternate-1-no-overlap-kv"] = (args + ["--disable-overlap-schedule", "--speculative-draft-keep-warm",
+                                                   "kv"], env, load)
+    out = collect("keep-warm", served, text_requests(200), requests_for=requests_for)
+    write_rows(out)
+    return out
+
+
+def reference_of(label: str) -> str:
+    return "plain-long" if label.startswith("alternate-50") else "plain"
+
+
+def check_values(run) -> dict | None:
+    found = None
+    for line in run.log.splitlines():
+        m = re.search(CHECK_LOG_PATTERN, line)
+        if m:
+            steps, dk, dv, ak, av = m.groups()
+            found = dict(steps=int(steps), max_diff_k=float(dk), max_diff_v=float(dv),
+                         max_abs_k=float(ak), max_abs_v=float(av))
+    return found
+
+
+def write_rows(out: dict) -> None:
+    rows = []
+    for label, run in out.items():
+        if run.results is None:
+            continue
+        strategy = next((s for s in STRATEGIES if label.endswith("-" + s)), None)
+        row = {"label": label, "strategy": strategy, "shape": "tiny-llama-tp1", "acceptance": "real",
+               "dtype": "float32"}
+        if label == "eagle3":
+            row["tokens_per_verify"] = round(run.accept_length(), 3)
+        elif strategy is not None:
+            row["tokens_per_verify"] = round(run.spec_accept_length(), 3)
+            row.update(run.stats())
+            profile = run.recovery()
+            if profile:
+                steps = profile["steps"]
+                row["recovery"] = {str(p): steps[p][0] for p in (*RECOVERY_PLACES, "deep") if p in steps}
+                row["recovery_verifies"] = {str(p): steps[p][1] for p in (*RECOVERY_PLACES, "deep") if p in steps}
+            check = check_values(run)
+            if check:
+                row["kv_check"] = check
+        rows.append(row)
+    path = os.path.join(os.environ.get("OUT", "/tmp"), "keep-warm.jsonl")
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+ALL = [label_of(n, s) for n in SWITCHING for s in STRATEGIES] + ["alternate-1-no-overlap-kv"]
+
+
+@pytest.mark.parametrize("label", ALL)
+def test_greedy_tokens_equal_the_no_spec_server_under_switching(runs, label):
+    if label not in runs:
+        pytest.skip(f"{label} is not served in this run (ADAPTIVE_GPU_ONLY)")
+    ref, got = runs[reference_of(label)].check(), runs[label].check()
+    stats = got.stats()
+    assert stats["plain"] > 0 and stats["spec"] > 0 and stats["switches"] > 0, stats
+    strategy = label.rsplit("-", 1)[1]
+    assert f"AdaptiveEAGLE draft keep-warm: {strategy}," in got.log
+    mismatching = mismatching_requests(ref.ids, got.ids)
+    assert not mismatching, f"{len(mismatching)} of {len(ref.ids)} requests differ, first {mismatching[:5]}"
+
+
+@pytest.mark.parametrize("name", sorted(KV_BARS))
+def test_kv_keeps_tokens_per_verify_near_static_eagle3(runs, name):
+    kv = runs[label_of(name, "kv")].check().spec_accept_length()
+    assert kv >= KV_BARS[name], f"{name}: kv {kv:.3f} < {KV_BARS[name]}"
+
+
+def test_kv_recovers_on_the_first_speculative_step_after_a_plain_stretch(runs):
+    profile = runs[label_of("alternate-50", "kv")].check().recovery()
+    assert profile and profile["min_stretch"] == 50, profile
+    steps = profile["steps"]
+    assert 1 in steps and "deep" in steps, steps
+    first, steady = steps[1][0], steps["deep"][0]
+    assert first >= RECOVERY_BAR * steady, f"1st step {first:.3f} < {RECOVERY_BAR} x steady {steady:.3f}"
+
+
+@pytest.mark.parametrize("label", [label_of(n, "kv") for n in SWITCHING])
+def test_kv_writes_the_k_v_the_draft_extend_writes(runs, label):
+    check = check_values(runs[label].check())
+    assert check and check["steps"] > 0, "no keep-warm check in the log"
+    assert check["max_diff_k"] <= CHECK_RTOL * check["max_abs_k"], check
+    assert check["max_diff_v"] <= CHECK_RTOL * check["max_abs_v"], check

@@ -1,0 +1,435 @@
+"""Draft keep-warm (keepwarm.py) on CPU: the flag, the choice of strategy per draft,
+the K/V writer's arithmetic against the draft layer's own, and the bookkeeping
+that decides which requests get a draft pass when speculation resumes.
+
+The GPU side (test/gpu/test_keep_warm.py) checks the writer's K/V against what
+the draft's extend writes, tokens against a no-spec server, and acceptance.
+"""
+
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+from conftest import eagle3_argv
+
+from sglang_adaptive import keepwarm
+from sglang_adaptive.args import ConfigError, get_config
+
+
+# -- flags --------------------------------------------------------------------
+
+
+def test_the_flag_reaches_the_config(parse):
+    args = parse(eagle3_argv("--speculative-disable-batch-threshold", "4", "--speculative-draft-keep-warm", "full"))
+    assert get_config(args).keep_warm == "full"
+    assert get_config(parse(eagle3_argv("--speculative-disable-batch-threshold", "4"))).keep_warm is None
+
+
+def test_the_flag_needs_a_switching_policy(parse):
+    with pytest.raises(ConfigError, match="--speculative-draft-keep-warm needs a switching policy"):
+        parse(eagle3_argv("--speculative-draft-keep-warm", "kv"))
+
+
+def test_an_eagle_draft_cannot_be_kept_warm(parse):
+    argv = [a if a != "EAGLE3" else "EAGLE" for a in eagle3_argv(
+        "--speculative-disable-batch-threshold", "4", "--speculative-draft-keep-warm", "kv")]
+    with pytest.raises(ConfigError, match="--speculative-draft-keep-warm kv needs --speculative-algorithm EAGLE3"):
+        parse(argv)
+
+
+# -- which strategy runs ----------------------------------------------------------
+
+
+def draft_model(name="LlamaForCausalLMEagle3", layers=1, k_scale=None, dtype=torch.bfloat16, window=None):
+    attn = NS(attn=NS(k_scale=k_scale), qkv_proj=NS(weight=torch.zeros(1, dtype=dtype)))
+    model = type(name, (), {})()
+    model.model = NS(layers=[NS(self_attn=attn)] * layers)
+    model._draft_window_size = window
+    return model
+
+
+MHA = type("MHATokenToKVPool", (), {})()
+
+
+def test_kv_is_the_default_where_the_writer_fits():
+    assert keepwarm.resolve(None, draft_model(), MHA) == "kv"
+
+
+@pytest.mark.parametrize("model, pool, reason", [
+    (draft_model("Eagle3DeepseekV2ForCausalLM"), MHA, "the draft model Eagle3DeepseekV2ForCausalLM has no K/V writer"),
+    (draft_model(layers=2), MHA, "the draft has 2 layers"),
+    (draft_model(), type("MHATokenToKVPoolFP4", (), {})(), "the draft KV pool is MHATokenToKVPoolFP4"),
+    (draft_model(k_scale=0.5), MHA, "quantized"),
+    (draft_model(dtype=torch.float8_e4m3fn), MHA, "quantized"),
+    (draft_model(window=128), MHA, "sliding window"),
+])
+def test_other_drafts_default_to_full_and_refuse_an_explicit_kv(model, pool, reason):
+    assert keepwarm.resolve(None, model, pool) == "full"
+    assert keepwarm.resolve("none", model, pool) == "none"
+    with pytest.raises(ConfigError, match=f"--speculative-draft-keep-warm kv cannot serve this draft: .*{reason}"):
+        keepwarm.resolve("kv", model, pool)
+
+
+# -- the K/V writer ---------------------------------------------------------------
+
+H_T, H_D, NUM_AUX, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 6, 8, 3, 4, 2, 2, 50
+
+
+class Rope:
+    """A stand-in rope that depends on the position (so a wrong one shows)."""
+
+    def __call__(self, positions, q, k):
+        shape = k.shape
+        k = k.reshape(k.shape[0], -1) * (1 + positions.to(k.dtype)).unsqueeze(1)
+        return q, k.reshape(shape)
+
+
+class Pool:
+    def __init__(self):
+        self.k = torch.zeros(32, KV_HEADS, HEAD_DIM)
+        self.v = torch.zeros(32, KV_HEADS, HEAD_DIM)
+
+    def set_kv_buffer(self, layer, loc, k, v):
+        self.k[loc], self.v[loc] = k, v
+
+
+def rms(n):
+    norm = torch.nn.RMSNorm(n)
+    torch.nn.init.uniform_(norm.weight, 0.5, 1.5)
+    return norm
+
+
+@pytest.fixture()
+def llama_draft():
+    torch.manual_seed(0)
+    q_size, kv_size = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    attn = NS(rotary_emb=Rope(), attn=NS(layer_id=0), head_dim=HEAD_DIM, num_kv_heads=KV_HEADS,
+              q_size=q_size, kv_size=kv_size,
+              qkv_proj=NS(weight=torch.randn(q_size + 2 * kv_size, 2 * H_D)))
+    layer = NS(input_layernorm=rms(H_D), hidden_norm=rms(H_D), self_attn=attn)
+    fc_norm = torch.nn.ModuleList([rms(H_T) for _ in range(NUM_AUX)])
+    inner = NS(embed_tokens=torch.nn.Embedding(VOCAB, H_D), input_norm=None, fc_norm=fc_norm,
+               fc=torch.nn.Linear(NUM_AUX * H_T, H_D), num_aux_hidden_states=NUM_AUX, layers=[layer])
+    return NS(model=inner)
+
+
+def reference_kv(model, token_ids, aux, positions):
+    """layer 0 of llama_eagle3 up to its attention: full QKV, split q | k | v."""
+    inner = model.model
+    layer = inner.layers[0]
+    attn = layer.self_attn
+    chunks = aux.chunk(NUM_AUX, dim=-1)
+    h = inner.fc(torch.cat([n(c) for n, c in zip(inner.fc_norm, chunks)], dim=-1))
+    x = torch.cat([layer.input_layernorm(inner.embed_tokens(token_ids)), layer.hidden_norm(h)], dim=-1)
+    q, k, v = (x @ attn.qkv_proj.weight.T).split([attn.q_size, attn.kv_size, attn.kv_size], dim=-1)
+    _, k = attn.rotary_emb(positions, q, k)
+    return k.reshape(-1, KV_HEADS, HEAD_DIM), v.reshape(-1, KV_HEADS, HEAD_DIM), h
+
+
+@torch.no_grad()
+def test_the_writer_writes_the_draft_layers_k_v_at_the_given_slots(llama_draft):
+    pool = Pool()
+    writer = keepwarm.LlamaKVWriter(llama_draft, pool)
+    tokens, aux = torch.tensor([3, 17, 42]), torch.randn(3, NUM_AUX * H_T)
+    positions, loc = torch.tensor([5, 9, 2]), torch.tensor([11, 4, 20])
+    hidden = writer.write(tokens, aux, positions, loc)
+    k, v, h = reference_kv(llama_draft, tokens, aux, positions)
+    torch.testing.assert_close(pool.k[loc], k)
+    torch.testing.assert_close(pool.v[loc], v)
+    torch.testing.assert_close(hidden, h)
+    untouched = torch.ones(32, dtype=torch.bool)
+    untouched[loc] = False
+    assert not pool.k[untouched].any() and not pool.v[untouched].any()
+
+
+# -- kv: the stash and the pass at the transition -----------------------------------
+
+
+class FakeWriter:
+    hidden_size = 4
+    w_kv = torch.zeros(1, dtype=torch.float32)
+
+    def __init__(self):
+        self.calls = []
+
+    def write(self, token_ids, aux, positions, loc):
+        self.calls.append((token_ids.tolist(), positions.tolist(), loc.tolist()))
+        return aux[:, :4] + 100  # the fc output, recognisable
+
+
+class FakePass:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, batch, token_ids, hidden, prefix_lens, prefix_lens_cpu, loc):
+        self.calls.append(dict(ids=token_ids.tolist(), hidden=hidden.clone(), prefix=prefix_lens.tolist(),
+                               prefix_cpu=None if prefix_lens_cpu is None else prefix_lens_cpu.tolist(),
+                               loc=loc.tolist()))
+        n = token_ids.shape[0]
+        return (torch.full((n, 1), 0.5), token_ids.view(n, 1) + 1000, hidden * 2, None)
+
+
+def kv_keep_warm(graphs=None):
+    req_to_token = torch.arange(8 * 64).reshape(8, 64)
+    kw = keepwarm.KVKeepWarm(FakeWriter(), FakePass(), req_to_token, "cpu")
+    if graphs:
+        kw.graphs = cpu_graphs(kw, graphs)
+    return kw, req_to_token
+
+
+class Replay:
+    """A captured graph on CPU: replaying runs the captured body."""
+
+    def __init__(self, body, bs):
+        self.replay = lambda: body(bs)
+
+
+def cpu_graphs(kw, batch_sizes):
+    """WriterGraphs as captured, minus CUDA: the same static buffers and body."""
+    g = keepwarm.WriterGraphs.__new__(keepwarm.WriterGraphs)
+    g.keep, g.batch_sizes = kw, batch_sizes
+    max_bs = batch_sizes[-1]
+    g.tokens, g.positions, g.loc = (torch.zeros(max_bs, dtype=torch.int64) for _ in range(3))
+    g.aux = torch.zeros(max_bs, 12)
+    g.slots = torch.full((max_bs,), kw.dump_slot, dtype=torch.int64)
+    g.graphs = {bs: Replay(g._body, bs) for bs in batch_sizes}
+    return g
+
+
+def plain_step(kw, slots, seq_lens, tokens):
+    batch = NS(req_pool_indices=torch.tensor(slots), seq_lens=torch.tensor(seq_lens), seq_lens_cpu=None)
+    new = batch.seq_lens + 1
+    loc = kw.req_to_token[batch.req_pool_indices, batch.seq_lens]
+    state = kw.before_plain(batch, new, loc)
+    batch.req_pool_indices.fill_(-7)  # the scheduler reuses its buffer after the graph read it
+    n = len(slots)
+    result = NS(next_token_ids=torch.tensor(tokens, dtype=torch.int32),
+                logits_output=NS(hidden_states=torch.arange(n * 12, dtype=torch.float32).reshape(n, 12)))
+    return kw.after_plain(state, batch, result), result
+
+
+def spec_batch(slots, seq_lens, bonus, old=0.0):
+    n = len(slots)
+    info = NS(bonus_tokens=torch.tensor(bonus, dtype=torch.int32), topk_p=torch.full((n, 1), old),
+              topk_index=torch.full((n, 1), -1), hidden_states=torch.full((n, 4), old), draft_probs=None)
+    return NS(req_pool_indices=torch.tensor(slots), seq_lens=torch.tensor(seq_lens), seq_lens_cpu=None,
+              spec_info=info)
+
+
+@pytest.mark.parametrize("graphs", [None, [1, 4]])
+def test_a_plain_step_writes_k_v_and_stashes_per_request_slot(graphs):
+    kw, req_to_token = kv_keep_warm(graphs)
+    fresh, result = plain_step(kw, [2, 5], [10, 3], [7, 8])
+    assert fresh is None, "kv hands no draft state to the plain result"
+    (ids, positions, loc), = kw.writer.calls
+    want_loc = [req_to_token[2, 10].item(), req_to_token[5, 3].item()]
+    if graphs:  # replayed at batch size 4: two padding rows write to slot 0 and the dump row
+        assert loc[2:] == [0, 0]
+        ids, positions, loc = ids[:2], positions[:2], loc[:2]
+    assert ids == [7, 8] and positions == [10, 3], "the sampled token, at the position it follows"
+    assert loc == want_loc
+    assert kw.position[[2, 5]].tolist() == [10, 3], "stashed under the slots copied before the reuse"
+    torch.testing.assert_close(kw.hidden[[2, 5]], result.logits_output.hidden_states[:, :4] + 100)
+    assert (kw.position[[0, 1, 3, 4, 6, 7]] == -1).all()
+    assert kw.pending
+
+
+def test_the_first_speculative_step_drafts_from_the_last_plain_position():
+    kw, req_to_token = kv_keep_warm()
+    plain_step(kw, [2, 5], [10, 3], [7, 8])
+    stash = kw.hidden[[2, 5]].clone()
+    # Request in slot 6 joined by a prefill meanwhile: its draft state is fresh.
+    kw.on_prefill(NS(req_pool_indices=torch.tensor([6])))
+    batch = spec_batch([5, 6, 2], [4, 30, 11], [8, 55, 7])
+    kw.before_spec(batch)
+    (call,) = kw.draft_pass.calls
+    assert call["ids"] == [8, 55, 7] and call["prefix"] == [3, 29, 10]
+    assert call["loc"] == [req_to_token[5, 3].item(), 0, req_to_token[2, 10].item()], \
+        "a request that did not end on a plain step writes to the padding slot"
+    torch.testing.assert_close(call["hidden"][[0, 2]], stash[[1, 0]])
+    info = batch.spec_info
+    assert info.topk_index[:, 0].tolist() == [1008, -1, 1007]
+    assert info.topk_p[:, 0].tolist() == [0.5, 0.0, 0.5]
+    torch.testing.assert_close(info.hidden_states[[0, 2]], stash[[1, 0]] * 2)
+    assert not info.hidden_states[1].any(), "the prefilled request keeps its draft state"
+    assert (kw.position[[5, 2]] == -1).all() and not kw.pending
+    kw.before_spec(spec_batch([5, 2], [6, 13], [1, 2]))
+    assert len(kw.draft_pass.calls) == 1, "one pass per return to speculation"
+
+
+def test_a_slot_reused_by_a_new_request_does_not_inherit_the_pending_position():
+    kw, _ = kv_keep_warm()
+    plain_step(kw, [3], [20], [9])
+    kw.on_prefill(NS(req_pool_indices=torch.tensor([3])))
+    batch = spec_batch([3], [21], [4])
+    kw.before_spec(batch)
+    assert batch.spec_info.topk_index.tolist() == [[-1]]
+
+
+def test_host_lengths_reach_the_pass_one_position_back():
+    kw, _ = kv_keep_warm()
+    plain_step(kw, [1], [4], [9])
+    batch = spec_batch([1], [5], [9])
+    batch.seq_lens_cpu = torch.tensor([5])
+    kw.before_spec(batch)
+    assert kw.draft_pass.calls[0]["prefix_cpu"] == [4]
+
+
+def test_full_runs_the_draft_pass_on_the_plain_step_itself():
+    calls = FakePass()
+    kw = keepwarm.FullKeepWarm(calls)
+    assert kw.reads_after_forward, "its pass reads req_to_token after the target graph"
+    batch = NS(req_pool_indices=torch.tensor([1, 4]), seq_lens=torch.tensor([6, 2]),
+               seq_lens_cpu=torch.tensor([6, 2]))
+    state = kw.before_plain(batch, batch.seq_lens + 1, torch.tensor([40, 41]))
+    result = NS(next_token_ids=torch.tensor([5, 6], dtype=torch.int32),
+                logits_output=NS(hidden_states=torch.ones(2, 12)))
+    topk_p, topk_index, hidden, probs = kw.after_plain(state, batch, result)
+    (call,) = calls.calls
+    assert call["ids"] == [5, 6] and call["prefix"] == [6, 2] and call["loc"] == [40, 41]
+    assert call["prefix_cpu"] == [6, 2]
+    assert topk_index[:, 0].tolist() == [1005, 1006]
+
+
+def test_none_does_nothing():
+    kw = keepwarm.NoKeepWarm()
+    assert kw.before_plain(None, None, None) is None
+    assert kw.after_plain(None, None, None) is None
+    assert kw.before_spec(None) is None and kw.on_prefill(None) is None
+    assert not kw.reads_after_forward and kw.stash_bytes == 0
+
+
+def test_a_stash_from_another_position_is_not_used():
+    """Only a request whose last step was plain at S - 1 is refreshed, whatever the
+    slot's history (e.g. a prefill that took a path without the hook)."""
+    kw, _ = kv_keep_warm()
+    plain_step(kw, [3], [20], [9])
+    batch = spec_batch([3], [31], [4])
+    kw.before_spec(batch)
+    assert batch.spec_info.topk_index.tolist() == [[-1]]
+
+
+def test_graph_padding_rows_never_reach_an_earlier_steps_slots():
+    kw, req_to_token = kv_keep_warm([1, 4])
+    plain_step(kw, [1, 2, 3], [5, 6, 7], [1, 2, 3])
+    plain_step(kw, [4, 5], [9, 10], [4, 5])
+    (_, _, first), (_, _, second) = kw.writer.calls
+    assert first[3] == 0 and second[2:] == [0, 0], "row 2 held the first step's third slot"
+    assert kw.position[:8].tolist() == [-1, 5, 6, 7, 9, 10, -1, -1]
+
+
+@pytest.mark.parametrize("world_size, captured", [(1, [[1, 2, 4]]), (2, [])])
+def test_kv_captures_its_graphs_at_tp_1_only(llama_draft, monkeypatch, world_size, captured):
+    """Under TP the embedding all-reduces: capturing it needs SGLang's capture context."""
+    calls = []
+    monkeypatch.setattr(keepwarm.KVKeepWarm, "capture", lambda self, sizes: calls.append(sizes))
+    runner = NS(model=llama_draft, token_to_kv_pool=Pool(), tp_group=NS(world_size=world_size))
+    monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
+    worker = NS(_draft_worker=NS(draft_runner=runner), topk=1, device="cpu",
+                req_to_token_pool=NS(req_to_token=torch.zeros(4, 8, dtype=torch.int32)))
+    kw = keepwarm.make_keep_warm(None, worker, [1, 2, 4])
+    assert kw.name == "kv" and calls == captured
+    assert keepwarm.make_keep_warm("none", worker, [1]).name == "none"
+    assert keepwarm.make_keep_warm("full", worker, [1]).name == "full"
+
+
+# -- the width-1 draft pass (upstream's preparation and forward stubbed) -----------
+
+
+def draft_pass_with(monkeypatch, logits, topk=1, rejection=False):
+    from sglang_adaptive.upstream import sglang_symbols as up
+
+    calls = []
+
+    def prepare(extend_input, batch, predict, num_draft_tokens, runner, graph_runner, *,
+                return_hidden_states_before_norm):
+        calls.append(dict(input=extend_input, batch=batch, predict=predict.tolist(),
+                          width=num_draft_tokens, graph_runner=graph_runner))
+        return "forward-batch"
+
+    entered = []
+
+    class Ctx:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            entered.append(self.name)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(up, "prepare_for_draft_extend", prepare)
+    monkeypatch.setattr(up, "speculative_moe_backend_context", lambda: Ctx("moe"))
+    monkeypatch.setattr(up, "speculative_moe_a2a_backend_context", lambda: Ctx("a2a"))
+    monkeypatch.setattr(up, "get_spec", lambda: NS(speculative_use_rejection_sampling=rejection))
+    hidden_out = torch.randn(logits.shape[0], 4)
+    runner = NS(tp_group="tp", forward=lambda fb: NS(logits_output=NS(
+        next_token_logits=logits, hidden_states=hidden_out)) if fb == "forward-batch" else None)
+    worker = NS(draft_runner=runner, draft_tp_context=lambda group: Ctx("tp:" + group))
+    return keepwarm.DraftPass(worker, topk), calls, entered, hidden_out
+
+
+def test_the_draft_pass_is_a_width_1_extend_on_a_copy_of_the_batch(monkeypatch):
+    logits = torch.tensor([[0.1, 2.0, 0.3], [5.0, 0.0, 1.0]])
+    draft_pass, calls, entered, hidden_out = draft_pass_with(monkeypatch, logits)
+    batch = NS(seq_lens=torch.tensor([9, 9]), seq_lens_cpu=None, out_cache_loc=None, sampling_info=None)
+    aux = torch.randn(2, 12)
+    topk_p, topk_index, hidden, probs = draft_pass(
+        batch, torch.tensor([4, 5]), aux, torch.tensor([6, 2]), torch.tensor([6, 2]), torch.tensor([30, 31]))
+    (call,) = calls
+    assert call["width"] == 1 and call["graph_runner"] is None and call["predict"] == [4, 5]
+    view = call["batch"]
+    assert view is not batch and batch.seq_lens.tolist() == [9, 9], "the scheduler's batch stays"
+    assert view.seq_lens.tolist() == [6, 2] and view.seq_lens_cpu.tolist() == [6, 2]
+    assert view.out_cache_loc.tolist() == [30, 31]
+    ext = call["input"]
+    assert ext.hidden_states is aux and ext.num_tokens_per_req == 1
+    assert ext.num_accept_tokens.tolist() == [1, 1] and ext.num_correct_drafts.tolist() == [0, 0]
+    assert entered == ["tp:tp", "moe", "a2a"]
+    assert topk_index.tolist() == [[1], [0]] and topk_p.tolist() == [[1.0], [1.0]]
+    assert hidden is hidden_out and probs is None
+
+
+def test_the_draft_pass_samples_its_proposal_under_rejection_sampling(monkeypatch):
+    from sglang_adaptive.upstream import sglang_symbols as up
+
+    logits = torch.randn(2, 3)
+    draft_pass, _, _, _ = draft_pass_with(monkeypatch, logits, rejection=True)
+    monkeypatch.setattr(up, "sample_draft_proposal",
+                        lambda lg, temps: ("probs", "p", "index") if lg is logits and temps == "t" else None)
+    batch = NS(seq_lens=None, seq_lens_cpu=None, out_cache_loc=None, sampling_info=NS(temperatures="t"))
+    got = draft_pass(batch, torch.tensor([1, 2]), torch.zeros(2, 4), torch.tensor([1, 1]), None,
+                     torch.tensor([3, 4]))
+    assert got[:2] == ("p", "index") and got[3] == "probs"
+
+
+# -- the K/V check ------------------------------------------------------------------
+
+
+class CheckedPool(Pool):
+    def get_key_buffer(self, layer_id):
+        return self.k
+
+    def get_value_buffer(self, layer_id):
+        return self.v
+
+
+def test_the_check_reports_how_far_the_draft_extend_rewrote_the_rows(caplog):
+    import logging
+    import re
+
+    pool = CheckedPool()
+    check = keepwarm.KVCheck(NS(radix=NS(layer_id=0), pool=pool))
+    loc = torch.tensor([3, 7])
+    pool.k[loc], pool.v[loc] = 1.0, 2.0
+
+    def draft_extend():  # writes the same V, a K off by 0.5 in one row
+        pool.k[3] += 0.5
+
+    with caplog.at_level(logging.INFO):
+        check(draft_extend, loc)
+    assert check.max_diff == [0.5, 0.0] and check.max_abs == [1.5, 2.0]
+    line = caplog.records[-1].getMessage()
+    m = re.search(keepwarm.CHECK_LOG_PATTERN, line)
+    assert m and m.groups() == ("1", "5.000e-01", "0.000e+00", "1.500e+00", "2.000e+00")
