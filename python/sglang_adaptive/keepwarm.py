@@ -65,7 +65,8 @@ class NoKeepWarm:
 
     name = KEEP_WARM_NONE
     stash_bytes = 0
-    # The plain step reads shared scheduler buffers after its target graph.
+    # True where the plain step reads scheduler buffers (req_to_token) after its target
+    # graph: the scheduler's WAR barrier must then wait for the whole step.
     reads_after_forward = False
 
     def before_plain(self, batch, new_seq_lens, loc):
