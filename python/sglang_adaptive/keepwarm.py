@@ -298,11 +298,13 @@ def kv_writer_unsupported_reason(model, pool) -> str | None:
     if name not in KV_DRAFT_CLASSES:
         return f"the draft model {name} has no K/V writer (it knows {', '.join(KV_DRAFT_CLASSES)})"
     if len(model.model.layers) != 1:
-        return f"the draft has {len(model.model.layers)} layers (the K/V of layers after the first need the full forward)"
+        return (f"the draft has {len(model.model.layers)} layers "
+                f"(the K/V of layers after the first need the full forward)")
     if type(pool).__name__ != KV_POOL_CLASS:
         return f"the draft KV pool is {type(pool).__name__} (the writer handles {KV_POOL_CLASS} only)"
     attn = model.model.layers[0].self_attn
-    if attn.attn.k_scale is not None or attn.qkv_proj.weight.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+    unquantized = (torch.float16, torch.bfloat16, torch.float32)
+    if attn.attn.k_scale is not None or attn.qkv_proj.weight.dtype not in unquantized:
         return "the draft's K/V projection or cache is quantized"
     if getattr(model, "_draft_window_size", None) is not None:
         return "the draft attends over a sliding window"
@@ -343,7 +345,8 @@ class KVKeepWarm(NoKeepWarm):
         g = self.graphs
         if g is None:
             return "eager"
-        return f"graphs for batch sizes {g.batch_sizes[0]}-{g.batch_sizes[-1]}: mem={g.memory_gib:.3f} GB, time={g.seconds:.1f} s"
+        return (f"graphs for batch sizes {g.batch_sizes[0]}-{g.batch_sizes[-1]}: "
+                f"mem={g.memory_gib:.3f} GB, time={g.seconds:.1f} s")
 
     def _write(self, token_ids, aux, positions, loc, slots):
         hidden = self.writer.write(token_ids, aux, positions, loc)

@@ -17,7 +17,7 @@ import os
 import re
 
 import pytest
-from suite import ENV32, FP32_ARGS, RAMP, base_args, collect, configs
+from suite import ENV32, FP32_ARGS, base_args, collect, configs
 from test_tiny_pair import PAIR, text_requests
 
 from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN

@@ -32,7 +32,6 @@ from suite import (
     ONLY_ENV,
     assert_modes,
     base_args,
-    base_label,
     collect,
     configs,
 )
