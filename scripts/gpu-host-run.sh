@@ -41,6 +41,8 @@
 #               K/V check)
 #        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
 #               c=1, 32, 128, then none and kv again at c=128 (alone on the GPU)
+#        grammarmix  issue 15's throughput bar: the tiny pair at c=128 with 10% of requests
+#               constrained to a JSON schema, no-spec against threshold 16 (plain at c=128)
 #        barrier  wait for the steps running in the background (train, trainmla) before the next.
 #               A TP 2 server started beside them refuses to start ("The memory capacity is
 #               unbalanced": SGLang wants the same free memory on both GPUs), so run k25 before
@@ -149,6 +151,9 @@ if [ "$cmd" = start ]; then
                     step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
                         --keep-warm none,kv --closed 128 --requests-per-client 6 --rates "" \
                         --phases "" --out "$W/kwcost2" ;;
+            grammarmix) step grammarmix python -m sglang_adaptive.bench --pair tiny --json-share 0.1 \
+                        --configs plain,adaptive-threshold --closed 128 --requests-per-client 6 --in-len 64 \
+                        --out-len 128 --rates "" --phases "" --out "$W/grammarmix" ;;
             barrier) wait ;;
             stream) step stream python -m sglang_adaptive.bench --configs plain,eagle3,adaptive-threshold \
                         --closed 1,128 --rates "" --phases "" --out "$W/stream" ;;

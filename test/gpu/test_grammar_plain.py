@@ -18,11 +18,13 @@ import asyncio
 import json
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from suite import ENV32, FP32_ARGS, assert_modes, base_args, configs, require_gpu
 from test_tiny_pair import PAIR, text_requests
 
+from sglang_adaptive.bench.workloads import JSON_SCHEMA, matches_json_schema
 from sglang_adaptive.testing import LOG_ERROR_MARKERS, Run, Server, client_session, post_generate, without_flags
 from sglang_adaptive.worker import PLAIN_GRAMMAR_ENV
 
@@ -36,10 +38,6 @@ ADAPTIVE_LABELS = LABELS[1:]
 PORT_BASE = int(os.environ.get("ADAPTIVE_GPU_PORT_BASE", "34000"))
 # Long enough (20-60 tokens) that constrained requests stay in the batches for many steps.
 REGEX = r"(yes|no)(, [0-9]{1,3}){4,12}\."
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "n", "tags"],
-          "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 999},
-                         "tags": {"type": "array", "minItems": 4, "maxItems": 10,
-                                  "items": {"enum": ["alpha", "beta", "gamma"]}}}}
 
 
 def grammar_requests(n: int = 48) -> list[dict]:
@@ -49,7 +47,7 @@ def grammar_requests(n: int = 48) -> list[dict]:
         if i % 4 == 1:
             params["regex"] = REGEX
         elif i % 4 == 3:
-            params["json_schema"] = json.dumps(SCHEMA)
+            params["json_schema"] = json.dumps(JSON_SCHEMA)
         out.append({**r, "sampling_params": params})
     return out
 
@@ -58,11 +56,7 @@ def matches(req: dict, text: str) -> bool:
     params = req["sampling_params"]
     if "regex" in params:
         return re.fullmatch(REGEX, text) is not None
-    doc = json.loads(text)
-    tags = doc.get("tags") if isinstance(doc, dict) else None
-    return (set(doc) == {"ok", "n", "tags"} and isinstance(doc["ok"], bool) and isinstance(doc["n"], int)
-            and not isinstance(doc["n"], bool) and 0 <= doc["n"] <= 999 and isinstance(tags, list)
-            and 4 <= len(tags) <= 10 and all(t in ("alpha", "beta", "gamma") for t in tags))
+    return matches_json_schema(text)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +66,8 @@ def runs():
     base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "8000", *FP32_ARGS)
     base = without_flags(base, {"--grammar-backend"}) + [
         "--grammar-backend", "xgrammar", "--constrained-json-disable-any-whitespace"]
-    out = {}
-    for i, (label, (args, env, _)) in enumerate(configs(base, PAIR / "eagle3", labels=LABELS, env=ENV).items()):
+
+    def serve_one(i, label, args, env):
         srv = Server(label, args, env, port=PORT_BASE + 10 * i, skip_tokenizer_init=False)
         results, error = None, None
         try:
@@ -89,7 +83,14 @@ def runs():
             error = str(e)[-3000:]
         finally:
             srv.stop()
-        out[label] = Run(results, srv.log_text(), error)
+        return label, Run(results, srv.log_text(), error)
+
+    # Side by side (tiny fp32 servers): one at a time, the start-ups alone (about 60 s
+    # each with a tokenizer) outlasted a 420 s step.
+    table = configs(base, PAIR / "eagle3", labels=LABELS, env=ENV)
+    with ThreadPoolExecutor(max_workers=len(table)) as pool:
+        out = dict(pool.map(lambda item: serve_one(item[0], *item[1]),
+                            enumerate((label, args, env) for label, (args, env, _) in table.items())))
     path = os.path.join(os.environ.get("OUT", "/tmp"), "gpu-grammar-plain.json")
     with open(path, "w") as f:
         json.dump({k: {"problems": v.problems(),

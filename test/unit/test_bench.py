@@ -181,7 +181,8 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys, monkeyp
     monkeypatch.setenv("ADAPTIVE_GPU_PORT_BASE", "31000")  # a second sweep beside the first
 
     class FakeServer:
-        def __init__(self, label, args, env, log_dir, port):
+        def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
+            assert skip_tokenizer_init, "no structured output asked: token ids only"
             self.label, self.args, self.env = label, args, env
             ports.append(port)
             self.url = fake.url
@@ -325,3 +326,53 @@ def test_keep_warm_strategies_serve_each_switching_configuration_once_each():
     for c in plan[1:]:
         assert c.args[-2:] == ["--speculative-draft-keep-warm", c.strategy]
         assert c.args[c.args.index("--speculative-disable-batch-threshold") + 1] == "0"
+
+
+# -- structured-output mix (issue 15) -------------------------------------------------
+
+
+def test_a_json_share_constrains_every_nth_request_and_lets_it_stop():
+    from sglang_adaptive.bench.workloads import JSON_SCHEMA, with_json_schema
+
+    base = reqs(20)
+    for r in base:
+        r["sampling_params"]["ignore_eos"] = True
+    mixed = with_json_schema(base, 0.1)
+    constrained = [i for i, r in enumerate(mixed) if "json_schema" in r["sampling_params"]]
+    assert constrained == [0, 10]
+    assert json.loads(mixed[10]["sampling_params"]["json_schema"]) == JSON_SCHEMA
+    assert mixed[10]["sampling_params"]["ignore_eos"] is False and mixed[1]["sampling_params"]["ignore_eos"]
+    assert "json_schema" not in base[0]["sampling_params"], "the input requests stay as they were"
+    assert with_json_schema(base, 0.0) is base
+
+
+@pytest.mark.parametrize("text, ok", [
+    ('{"ok":true,"n":7,"tags":["alpha","beta","gamma","alpha"]}', True),
+    ('{"ok":true,"n":7,"tags":["alpha","beta","gamma"]}', False),  # minItems 4
+    ('{"ok":1,"n":7,"tags":["alpha","beta","gamma","beta"]}', False),
+    ('{"ok":true,"n":true,"tags":["alpha","beta","gamma","beta"]}', False),
+    ('{"ok":true,"n":1000,"tags":["alpha","beta","gamma","beta"]}', False),
+    ('{"ok":true,"n":7,"tags":["alpha","beta","gamma","delta"]}', False),
+    ('{"ok":true,"n":7,"tags":["alpha","beta","gamma","beta"],"x":1}', False),
+    ('{"ok":true,"n":7,"tags":["alpha","beta","gamma","beta"]', False),
+])
+def test_json_outputs_are_checked_against_the_schema(text, ok):
+    from sglang_adaptive.bench.client import Record
+
+    assert metrics.json_validity([Record(0.0, constrained=True, text=text),
+                                  Record(0.0, text="free text")]) == {"json_requests": 1, "json_valid": int(ok)}
+
+
+def test_structured_output_serves_xgrammar_with_the_tokenizer_and_plain_grammar_on():
+    plan = configs.server_configs(configs.tiny_pair(), ("plain", "adaptive-threshold"), threshold=8,
+                                  keep_warm=("kv",), grammar=True)
+    for c in plan:
+        assert c.tokenizer and c.args.count("--grammar-backend") == 1
+        assert c.args[c.args.index("--grammar-backend") + 1] == "xgrammar"
+    assert plan[0].env == {} and plan[1].env == configs.PLAIN_GRAMMAR_ENV
+    from sglang_adaptive.worker import PLAIN_GRAMMAR_ENV
+
+    assert configs.PLAIN_GRAMMAR_ENV == {PLAIN_GRAMMAR_ENV: "1"}
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--json-share", "0.1"])  # the dummy pair has no tokenizer
+    assert bench.parse_args(["--pair", "tiny", "--json-share", "0.1"]).json_share == 0.1

@@ -29,7 +29,15 @@ import time
 from pathlib import Path
 
 from sglang_adaptive.bench import client, configs, metrics, report
-from sglang_adaptive.bench.workloads import Closed, Open, Phased, parse_floats, parse_ints, parse_phases
+from sglang_adaptive.bench.workloads import (
+    Closed,
+    Open,
+    Phased,
+    parse_floats,
+    parse_ints,
+    parse_phases,
+    with_json_schema,
+)
 from sglang_adaptive.testing import PORT_BASE_ENV, Server, make_requests
 
 
@@ -57,6 +65,10 @@ def parse_args(argv=None):
     p.add_argument("--keep-warm", default="",
                    help="draft keep-warm strategies (none,kv,full): serve each switching "
                         "configuration once per strategy (default: the server's default only)")
+    p.add_argument("--json-share", type=float, default=0.0,
+                   help="share of requests constrained to a JSON schema (structured output with "
+                        "xgrammar; needs a pair with a tokenizer: tiny or custom); rows gain "
+                        "json_share, json_requests and json_valid")
     p.add_argument("--max-bs", type=int, default=128)
     p.add_argument("--closed", default="1,8,32,128", help="concurrencies; empty to skip")
     p.add_argument("--requests-per-client", type=int, default=4,
@@ -80,6 +92,10 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.pair == "custom" and not (a.target and a.draft):
         p.error("--pair custom needs --target and --draft")
+    if a.json_share and a.pair not in ("tiny", "custom"):
+        p.error("--json-share needs a pair with a tokenizer (--pair tiny or custom)")
+    if not 0 <= a.json_share <= 1:
+        p.error(f"--json-share must be within [0, 1], got {a.json_share}")
     return a
 
 
@@ -108,8 +124,8 @@ def prompt_vocab(a) -> int:
 def requests_for(workload, a, seed: int):
     vocab = prompt_vocab(a)
     def batch(n, s):
-        return make_requests(n, seed=s, vocab=vocab, in_range=(a.in_len, a.in_len),
-                             out_range=(a.out_len, a.out_len))
+        return with_json_schema(make_requests(n, seed=s, vocab=vocab, in_range=(a.in_len, a.in_len),
+                                              out_range=(a.out_len, a.out_len)), a.json_share)
     if isinstance(workload, Phased):
         rng = random.Random(seed)
         return lambda i: batch(1, rng.randrange(1 << 30))[0]
@@ -148,6 +164,8 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
     if strategy is not None:
         row["strategy"] = strategy
+    if a.json_share:
+        row.update(json_share=a.json_share, **metrics.json_validity(records))
     if pair is not None:
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
@@ -166,7 +184,8 @@ def main(argv=None, server_factory=Server) -> int:
     pair = pair_of(a)
     plan = configs.server_configs(pair, [x for x in a.configs.split(",") if x],
                                   threshold=a.threshold, steps=a.steps, max_bs=a.max_bs,
-                                  keep_warm=tuple(x for x in a.keep_warm.split(",") if x))
+                                  keep_warm=tuple(x for x in a.keep_warm.split(",") if x),
+                                  grammar=a.json_share > 0)
     loads = workloads(a)
     out = Path(a.out)
     print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points -> {out}", flush=True)
@@ -181,7 +200,8 @@ def main(argv=None, server_factory=Server) -> int:
     results.write_text("")
     rows, failed = [], []
     for i, cfg in enumerate(plan, 1):
-        srv = server_factory(cfg.label, cfg.args, cfg.env, log_dir=out, port=a.port)
+        srv = server_factory(cfg.label, cfg.args, cfg.env, log_dir=out, port=a.port,
+                             skip_tokenizer_init=not cfg.tokenizer)
         t0 = time.time()
         try:
             srv.start()

@@ -31,10 +31,12 @@ class Record:
     output_tokens: int = 0
     verify_ct: int = 0
     error: str | None = None
+    constrained: bool = False  # carried a JSON schema
+    text: str = ""  # the output text, where the server detokenizes
 
 
 async def _one(session: aiohttp.ClientSession, url: str, req: dict) -> Record:
-    rec = Record(start=time.time())
+    rec = Record(start=time.time(), constrained="json_schema" in req["sampling_params"])
     try:
         async with session.post(url + "/generate", json={**req, "stream": True}) as r:
             if r.status != 200:
@@ -49,8 +51,9 @@ async def _one(session: aiohttp.ClientSession, url: str, req: dict) -> Record:
                 if body == b"[DONE]":
                     break
                 chunk = json.loads(body)
-                if rec.first is None and chunk.get("output_ids"):
+                if rec.first is None and (chunk.get("output_ids") or chunk.get("text")):
                     rec.first = time.time()
+                rec.text = chunk.get("text", rec.text)
                 meta = chunk.get("meta_info") or meta
             rec.end = time.time()
             rec.output_tokens = int(meta.get("completion_tokens", 0))

@@ -71,6 +71,7 @@ class ServerConfig:
     args: list
     env: dict
     strategy: str | None = None  # --speculative-draft-keep-warm, where set (the rows' `strategy`)
+    tokenizer: bool = False  # the server detokenizes (structured output needs the tokenizer)
 
     def command(self) -> str:
         env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
@@ -89,11 +90,20 @@ def common_args(pair: Pair, max_bs: int) -> list:
     ]
 
 
+# Structured output: xgrammar, the tokenizer, and plain batches may hold constrained
+# requests (worker.PLAIN_GRAMMAR_ENV; its default is off until the GPU grammar test passes).
+GRAMMAR_ARGS = ("--grammar-backend", "xgrammar", "--constrained-json-disable-any-whitespace")
+PLAIN_GRAMMAR_ENV = {"SGLANG_ADAPTIVE_PLAIN_GRAMMAR": "1"}
+
+
 def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int = 3,
-                   max_bs: int = 128, keep_warm=()) -> list[ServerConfig]:
+                   max_bs: int = 128, keep_warm=(), grammar: bool = False) -> list[ServerConfig]:
     """``keep_warm``: draft keep-warm strategies; each switching configuration is then
-    served once per strategy, labelled LABEL-STRATEGY."""
+    served once per strategy, labelled LABEL-STRATEGY. ``grammar``: serve structured
+    output (needs a pair with a tokenizer)."""
     base = common_args(pair, max_bs)
+    if grammar:
+        base = without_flags(base, ["--grammar-backend"]) + list(GRAMMAR_ARGS)
     spec = base + eagle3_args(pair.draft, steps)
     table = {
         "plain": (base, {}),
@@ -115,9 +125,11 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
     out = []
     for label in labels:
         args, env = table[label]
+        if grammar and label.startswith("adaptive-"):
+            env = {**env, **PLAIN_GRAMMAR_ENV}
         if label.startswith("adaptive-") and keep_warm:
-            out += [ServerConfig(f"{label}-{s}", [*args, "--speculative-draft-keep-warm", s], dict(env), s)
+            out += [ServerConfig(f"{label}-{s}", [*args, "--speculative-draft-keep-warm", s], dict(env), s, grammar)
                     for s in keep_warm]
         else:
-            out.append(ServerConfig(label, list(args), dict(env)))
+            out.append(ServerConfig(label, list(args), dict(env), tokenizer=grammar))
     return out

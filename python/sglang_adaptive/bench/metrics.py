@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from sglang_adaptive.bench.workloads import matches_json_schema
 from sglang_adaptive.controller import STATS_LOG_PATTERN
 
 # Written by sglang_adaptive.controller every --decode-log-interval decode batches.
@@ -28,6 +29,13 @@ def percentile(xs: list[float], q: float) -> float | None:
 
 def _r(x, digits=2):
     return None if x is None else round(x, digits)
+
+
+def json_validity(records) -> dict:
+    """Constrained requests and how many returned a document of the schema."""
+    constrained = [r for r in records if r.constrained and r.error is None]
+    return {"json_requests": len(constrained),
+            "json_valid": sum(matches_json_schema(r.text) for r in constrained)}
 
 
 def summarize(records, seconds: float) -> dict:

@@ -3,8 +3,41 @@ changing concurrency. Pure Python: what is sent when, not how."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+
+# Issue 15's structured-output mix: this share of requests carries a JSON schema.
+# Long enough (20-60 tokens) that a constrained request stays in many decode batches.
+JSON_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ok", "n", "tags"],
+               "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 999},
+                              "tags": {"type": "array", "minItems": 4, "maxItems": 10,
+                                       "items": {"enum": ["alpha", "beta", "gamma"]}}}}
+
+
+def with_json_schema(reqs: list[dict], share: float) -> list[dict]:
+    """Every ``round(1 / share)``-th request constrained to ``JSON_SCHEMA`` (it stops at
+    the end of its document, so EOS is not ignored)."""
+    if share <= 0:
+        return reqs
+    every = max(1, round(1 / share))
+    return [{**r, "sampling_params": {**r["sampling_params"], "json_schema": json.dumps(JSON_SCHEMA),
+                                      "ignore_eos": False}} if i % every == 0 else r
+            for i, r in enumerate(reqs)]
+
+
+def matches_json_schema(text: str) -> bool:
+    """Whether ``text`` is one document of ``JSON_SCHEMA`` (checked by hand: the
+    schema is small, and the package does not depend on a validator)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(doc, dict) or set(doc) != {"ok", "n", "tags"}:
+        return False
+    n, tags = doc["n"], doc["tags"]
+    return (isinstance(doc["ok"], bool) and isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= 999
+            and isinstance(tags, list) and 4 <= len(tags) <= 10 and all(t in ("alpha", "beta", "gamma") for t in tags))
 
 
 @dataclass(frozen=True)
