@@ -113,7 +113,9 @@ def test_gpu_suite_without_a_gpu_fails_when_required_and_skips_otherwise(require
 
 
 def test_grammar_verdict_accepts_only_outputs_in_the_requested_language():
-    from test_grammar_plain import SCHEMA, grammar_requests, matches
+    from test_grammar_plain import grammar_requests, matches
+
+    from sglang_adaptive.bench.workloads import JSON_SCHEMA as SCHEMA
 
     reqs = grammar_requests(8)
     regex_req = next(r for r in reqs if "regex" in r["sampling_params"])
