@@ -40,7 +40,9 @@
 #               no-spec, tokens per verify per strategy, recovery after 50-step plain stretches, the
 #               K/V check)
 #        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
-#               c=1, 32, 128, then none and kv again at c=128 (alone on the GPU)
+#               c=1, 32, 128 (alone on the GPU); kwcost2: kv and none again at c=128, in that order
+#        checks side by side (tiny pair, correctness only): grammar, kinds, and the keep-warm test's
+#               ramp configurations with static EAGLE-3 under the same ramp
 #        grammarmix  issue 15's throughput bar: the tiny pair at c=128 with 10% of requests
 #               constrained to a JSON schema, no-spec against threshold 16 (plain at c=128)
 #        barrier  wait for the steps running in the background (train, trainmla) before the next.
@@ -147,10 +149,19 @@ if [ "$cmd" = start ]; then
                         ADAPTIVE_GPU_ONLY=plain,eagle3,plain-long,alternate-1-kv,alternate-7-kv,threshold-8-ramp-kv,alternate-50-kv,alternate-1-no-overlap-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider ;;
             kwcost) step kwcost python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
-                        --keep-warm none,kv,full --closed 1,32,128 --rates "" --phases "" --out "$W/kwcost"
-                    step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
-                        --keep-warm none,kv --closed 128 --requests-per-client 6 --rates "" \
+                        --keep-warm none,kv,full --closed 1,32,128 --requests-per-client 6 --rates "" --phases "" \
+                        --out "$W/kwcost" ;;
+            kwcost2) step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
+                        --keep-warm kv,none --closed 128 --requests-per-client 6 --rates "" \
                         --phases "" --out "$W/kwcost2" ;;
+            checks) { step grammar env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=34000 python -m pytest -m gpu \
+                        test/gpu/test_grammar_plain.py -v -p no:cacheprovider; } &
+                    { step kinds env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=33000 python -m pytest -m gpu \
+                        test/gpu/test_request_kinds.py -v -p no:cacheprovider; } &
+                    step keepwarmramp env ADAPTIVE_GPU_PARALLEL=6 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=30000 \
+                        ADAPTIVE_GPU_ONLY=plain,eagle3,eagle3-ramp,threshold-8-ramp-none,threshold-8-ramp-kv,threshold-8-ramp-full \
+                        python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider -k "ramp"
+                    wait ;;
             grammarmix) step grammarmix python -m sglang_adaptive.bench --pair tiny --json-share 0.1 \
                         --configs plain,adaptive-threshold --closed 128 --requests-per-client 6 --in-len 64 \
                         --out-len 128 --rates "" --phases "" --out "$W/grammarmix" ;;

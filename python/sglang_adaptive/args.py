@@ -84,7 +84,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "attention or lm_head) and run one draft pass per request when speculation "
         "resumes; 'full': run the draft's extend at every plain step; 'none': leave "
         "the draft alone (acceptance drops after plain stretches). Default: 'kv' where "
-        "the draft supports it (EAGLE-3 Llama draft, unquantized K/V cache), else 'full'.",
+        "the draft supports it (EAGLE-3 Llama draft, unquantized K/V cache), else 'none' "
+        "('full' costs a draft forward at every plain step).",
     )
 
 

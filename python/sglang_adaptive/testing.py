@@ -399,11 +399,13 @@ class Run:
         running = [int(n) for n, _, q in DECODE_LINE_RE.findall(self.log) if int(q) > 0]
         return sum(running) / len(running) if running else 0.0
 
-    def spec_accept_length(self) -> float:
+    def spec_accept_length(self, max_batch: int | None = None) -> float:
         """Tokens per verify in the speculative decode batches, from the scheduler's
         decode log (needs --decode-log-interval 1), weighted by batch size; plain
-        batches do not count. nan if no batch speculated."""
-        batches = [(int(n), float(a)) for n, a, _ in DECODE_LINE_RE.findall(self.log) if a]
+        batches do not count, nor (with ``max_batch``) batches of more requests.
+        nan if no batch counts."""
+        batches = [(int(n), float(a)) for n, a, _ in DECODE_LINE_RE.findall(self.log)
+                   if a and (max_batch is None or int(n) <= max_batch)]
         requests = sum(n for n, _ in batches)
         return sum(n * a for n, a in batches) / requests if requests else float("nan")
 

@@ -30,8 +30,16 @@ STRATEGIES = ("none", "kv", "full")
 # suite.configs or an alternation period, load).
 SWITCHING = ("alternate-1", "alternate-7", "threshold-8-ramp", "alternate-50")
 # Issue 14's bars for kv (tokens per verify in speculative batches; static EAGLE-3
-# gives 2.34 on this pair).
-KV_BARS = {"alternate-1": 2.2, "alternate-7": 2.3, "threshold-8-ramp": 2.3}
+# gives 2.34 on this pair over all its batches). Under threshold 8's ramp the issue
+# asked for 2.3 too, but the ramp speculates only in its batches of at most 8 requests,
+# where static EAGLE-3 itself gives 2.23 (benchmark/results/2026-12-01-h200-keep-warm):
+# there kv is held to static EAGLE-3 in those batches and to full.
+KV_BARS = {"alternate-1": 2.2, "alternate-7": 2.3}
+RAMP_REFERENCE = "eagle3-ramp"
+RAMP_THRESHOLD = 8
+# kv against full (the draft's whole extend at every plain step: the most a keep-warm
+# strategy can give) on the same load; none sits 0.03-1.3 below full.
+FULL_TOLERANCE = 0.01
 RECOVERY_BAR = 0.95  # kv: 1st speculative step after a 50-step plain stretch / steady state
 RECOVERY_PLACES = (1, 5, 20)
 # fp32 K/V of the writer against the draft's extend: both compute the same products,
@@ -52,7 +60,10 @@ def runs():
     spec_args = table["eagle3"][0]
     table["alternate-50"] = (spec_args + ["--speculative-switch-policy", "alternate",
                                           "--speculative-switch-alternate-period", "50"], ENV32, 16)
-    served = {"plain": table["plain"], "eagle3": table["eagle3"]}
+    served = {"plain": table["plain"], "eagle3": table["eagle3"],
+              # Static EAGLE-3 under threshold-8's ramp: its batches of at most 8 requests
+              # are the ones threshold 8 speculates, with the same requests and positions.
+              RAMP_REFERENCE: (spec_args, ENV32, table["threshold-8-ramp"][2])}
     long_reqs = text_requests(LONG_LOAD["n"], seed=LONG_LOAD["seed"], prompt=LONG_LOAD["prompt"],
                               output=LONG_LOAD["output"])
     requests_for = {"plain-long": long_reqs}
@@ -100,6 +111,9 @@ def write_rows(out: dict) -> None:
                "dtype": "float32"}
         if label == "eagle3":
             row["tokens_per_verify"] = round(run.accept_length(), 3)
+        elif label == RAMP_REFERENCE:
+            row["tokens_per_verify"] = round(run.accept_length(), 3)
+            row[f"tokens_per_verify_batches_le_{RAMP_THRESHOLD}"] = round(run.spec_accept_length(RAMP_THRESHOLD), 3)
         elif strategy is not None:
             row["tokens_per_verify"] = round(run.spec_accept_length(), 3)
             row.update(run.stats())
@@ -137,6 +151,21 @@ def test_greedy_tokens_equal_the_no_spec_server_under_switching(runs, label):
 def test_kv_keeps_tokens_per_verify_near_static_eagle3(runs, name):
     kv = runs[label_of(name, "kv")].check().spec_accept_length()
     assert kv >= KV_BARS[name], f"{name}: kv {kv:.3f} < {KV_BARS[name]}"
+
+
+def test_kv_under_the_ramp_matches_static_eagle3_in_the_same_batches(runs):
+    """The ramp's speculative batches are its small ones: static EAGLE-3 under the same
+    ramp, counted in its batches of at most 8 requests, is what kv should reach."""
+    kv = runs[label_of("threshold-8-ramp", "kv")].check().spec_accept_length()
+    static = runs[RAMP_REFERENCE].check().spec_accept_length(RAMP_THRESHOLD)
+    assert kv >= static, f"kv {kv:.3f} < static EAGLE-3 {static:.3f} in batches of <= {RAMP_THRESHOLD}"
+
+
+@pytest.mark.parametrize("name", SWITCHING)
+def test_kv_reaches_what_running_the_whole_draft_gives(runs, name):
+    kv = runs[label_of(name, "kv")].check().spec_accept_length()
+    full = runs[label_of(name, "full")].check().spec_accept_length()
+    assert kv >= full - FULL_TOLERANCE, f"{name}: kv {kv:.3f} < full {full:.3f} - {FULL_TOLERANCE}"
 
 
 def test_kv_recovers_on_the_first_speculative_step_after_a_plain_stretch(runs):

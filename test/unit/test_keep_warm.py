@@ -63,9 +63,9 @@ def test_kv_is_the_default_where_the_writer_fits():
     (draft_model(dtype=torch.float8_e4m3fn), MHA, "quantized"),
     (draft_model(window=128), MHA, "sliding window"),
 ])
-def test_other_drafts_default_to_full_and_refuse_an_explicit_kv(model, pool, reason):
-    assert keepwarm.resolve(None, model, pool) == "full"
-    assert keepwarm.resolve("none", model, pool) == "none"
+def test_other_drafts_default_to_none_and_refuse_an_explicit_kv(model, pool, reason):
+    assert keepwarm.resolve(None, model, pool) == "none"
+    assert keepwarm.resolve("full", model, pool) == "full"
     with pytest.raises(ConfigError, match=f"--speculative-draft-keep-warm kv cannot serve this draft: .*{reason}"):
         keepwarm.resolve("kv", model, pool)
 
