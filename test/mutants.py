@@ -164,7 +164,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return (has_grammar and not self.plain_grammar) or self.policy.speculate(batch_size)",
            "return self.policy.speculate(batch_size)",
            (U + "test_controller.py",),
-           why="the plain path applies no grammar mask"),
+           why="SGLANG_ADAPTIVE_PLAIN_GRAMMAR=0 would no longer keep constrained batches speculative"),
     Mutant("plain-grammar-sampled-without-barrier", "worker.py",
            "            grammar_barrier()\n", "            pass\n",
            (U + "test_worker_plain_step.py",),

@@ -203,8 +203,8 @@ class AdaptiveModeController(ModeController):
         self.recovery = RecoveryProfile()
 
     def speculate(self, batch_size: int, has_grammar: bool = False) -> bool:
-        # The plain step applies grammar masks (worker._sample_constrained), but until
-        # the GPU grammar test has run it only does where asked (PLAIN_GRAMMAR_ENV).
+        # The plain step applies grammar masks (worker._sample_constrained); with
+        # PLAIN_GRAMMAR_ENV=0 constrained batches speculate.
         return (has_grammar and not self.plain_grammar) or self.policy.speculate(batch_size)
 
     def kv_reserve(self, speculative: bool, overlap: bool) -> int | None:

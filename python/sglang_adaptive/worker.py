@@ -36,8 +36,9 @@ from sglang_adaptive.upstream import sglang_symbols as up
 logger = logging.getLogger(__name__)
 
 AUDIT_KV_ENV = "SGLANG_ADAPTIVE_AUDIT_KV"
-# Let batches with grammar-constrained requests run plain (masked) decode; off until
-# test/gpu/test_request_kinds.py's grammar load has passed on a GPU.
+# "0" keeps batches with grammar-constrained requests speculative instead of decoding
+# them plain with the grammar mask (the default since test/gpu/test_grammar_plain.py
+# passed on a GPU): a way back if a grammar backend misbehaves in plain batches.
 PLAIN_GRAMMAR_ENV = "SGLANG_ADAPTIVE_PLAIN_GRAMMAR"
 
 
@@ -59,7 +60,7 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             cost_table_path=config.cost_table_path,
             writes_table=tp_group.rank_in_group == 0,
             telemetry=telemetry.make_telemetry(server_args, tp_group.rank_in_group),
-            plain_grammar=os.environ.get(PLAIN_GRAMMAR_ENV, "0") == "1",
+            plain_grammar=os.environ.get(PLAIN_GRAMMAR_ENV, "1") != "0",
         )
         ctl.install(self.controller)
         # EAGLE-3 drafts from the target's packed aux hidden states; keep the plain

@@ -1,9 +1,9 @@
 """Grammar-constrained requests through plain batches: the trained tiny pair in fp32,
 alternating every step, against the no-spec server, with xgrammar.
 
-``SGLANG_ADAPTIVE_PLAIN_GRAMMAR=1`` lets a batch with constrained requests run plain
-(masked) decode (``worker._sample_constrained``); until this test has passed on a
-GPU the switch stays off and such batches speculate. Every constrained output must
+A batch with constrained requests runs plain (masked) decode by default
+(``worker._sample_constrained``; ``SGLANG_ADAPTIVE_PLAIN_GRAMMAR=0`` keeps such
+batches speculative), so the servers run with no switch set. Every constrained output must
 match its regex or JSON schema and equal the no-spec server's, token for token
 (greedy, fp32): a mask built from a grammar one token behind takes another token or
 leaves the language. Half of the requests are unconstrained, so constrained and free
@@ -26,11 +26,10 @@ from test_tiny_pair import PAIR, text_requests
 
 from sglang_adaptive.bench.workloads import JSON_SCHEMA, matches_json_schema
 from sglang_adaptive.testing import LOG_ERROR_MARKERS, Run, Server, client_session, post_generate, without_flags
-from sglang_adaptive.worker import PLAIN_GRAMMAR_ENV
 
 pytestmark = pytest.mark.gpu
 
-ENV = {**ENV32, PLAIN_GRAMMAR_ENV: "1"}
+ENV = ENV32
 # Every other batch plain; runs of 7 plain batches (a plain step's barrier resolving a
 # plain result); without overlap (no barrier: the grammar advances in processing).
 LABELS = ("plain", "alternate-1", "alternate-7", "alternate-1-no-overlap")
@@ -38,16 +37,19 @@ ADAPTIVE_LABELS = LABELS[1:]
 PORT_BASE = int(os.environ.get("ADAPTIVE_GPU_PORT_BASE", "34000"))
 # Long enough (20-60 tokens) that constrained requests stay in the batches for many steps.
 REGEX = r"(yes|no)(, [0-9]{1,3}){4,12}\."
+CONSTRAINED_MAX_TOKENS = 200
 
 
 def grammar_requests(n: int = 48) -> list[dict]:
     out = []
     for i, r in enumerate(text_requests(n, seed=11, prompt=(16, 200), output=(80, 120))):
         params = dict(r["sampling_params"], ignore_eos=False)
+        # A constrained request ends where its grammar does; a token limit that cut it
+        # (80 tokens held 9 of a schema's 10 tags) would leave it out of its language.
         if i % 4 == 1:
-            params["regex"] = REGEX
+            params.update(regex=REGEX, max_new_tokens=CONSTRAINED_MAX_TOKENS)
         elif i % 4 == 3:
-            params["json_schema"] = json.dumps(JSON_SCHEMA)
+            params.update(json_schema=json.dumps(JSON_SCHEMA), max_new_tokens=CONSTRAINED_MAX_TOKENS)
         out.append({**r, "sampling_params": params})
     return out
 

@@ -369,10 +369,8 @@ def test_structured_output_serves_xgrammar_with_the_tokenizer_and_plain_grammar_
     for c in plan:
         assert c.tokenizer and c.args.count("--grammar-backend") == 1
         assert c.args[c.args.index("--grammar-backend") + 1] == "xgrammar"
-    assert plan[0].env == {} and plan[1].env == configs.PLAIN_GRAMMAR_ENV
-    from sglang_adaptive.worker import PLAIN_GRAMMAR_ENV
-
-    assert configs.PLAIN_GRAMMAR_ENV == {PLAIN_GRAMMAR_ENV: "1"}
+    # Plain batches take constrained requests by default: no environment turns it on.
+    assert plan[0].env == {} and plan[1].env == configs.tiny_pair().spec_env
     with pytest.raises(SystemExit):
         bench.parse_args(["--json-share", "0.1"])  # the dummy pair has no tokenizer
     assert bench.parse_args(["--pair", "tiny", "--json-share", "0.1"]).json_share == 0.1

@@ -131,3 +131,48 @@ def test_grammar_verdict_accepts_only_outputs_in_the_requested_language():
                  '{"ok":true,"n":7,"tags":["alpha"]}', '{"ok":true,"n":7,"tags":["a","b","c","d"]}'):
         assert not matches(json_req, text), text
     assert SCHEMA["additionalProperties"] is False
+
+
+def decode_run(*batches):
+    """A run whose scheduler logged one decode line per (batch size, accept len or None)."""
+    lines = "".join(f"[t] Decode batch, #running-req: {n}, #token: 9, "
+                    + (f"accept len: {a:.2f}, " if a else "") + "#queue-req: 0\n" for n, a in batches)
+    return Run([{"output_ids": [1]}], lines)
+
+
+def gpu_test_module(name):
+    """A module of test/gpu by path: test/unit has modules of the same names."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"gpu_{name}", Path(suite.__file__).parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_keep_warm_ramp_verdicts_compare_the_same_batch_sizes_and_full():
+    kw = gpu_test_module("test_keep_warm")
+
+    # Static EAGLE-3 under the ramp: 3.0 in its small batches, 2.0 in the large ones.
+    static = decode_run((1, 3.0), (8, 3.0), (9, 2.0), (32, 2.0))
+    assert static.spec_accept_length(kw.RAMP_THRESHOLD) == 3.0
+    full = decode_run((4, 3.0), (20, None))
+    runs = {kw.RAMP_REFERENCE: static, "threshold-8-ramp-full": full}
+    for kv_accept, ok in ((3.0, True), (2.9, False)):
+        runs["threshold-8-ramp-kv"] = decode_run((4, kv_accept), (20, None))
+        for rule in (kw.test_kv_under_the_ramp_matches_static_eagle3_in_the_same_batches,
+                     lambda r: kw.test_kv_reaches_what_running_the_whole_draft_gives(r, "threshold-8-ramp")):
+            if ok:
+                rule(runs)
+            else:
+                with pytest.raises(AssertionError):
+                    rule(runs)
+
+
+def test_constrained_grammar_requests_have_room_to_finish_their_document():
+    from test_grammar_plain import CONSTRAINED_MAX_TOKENS, grammar_requests
+
+    for r in grammar_requests(8):
+        params = r["sampling_params"]
+        constrained = "regex" in params or "json_schema" in params
+        assert (params["max_new_tokens"] == CONSTRAINED_MAX_TOKENS) == constrained

@@ -418,12 +418,12 @@ def test_a_constrained_plain_batch_samples_after_the_grammar_barrier(monkeypatch
     assert [e[0] for e in events] == ["forward", "sample"]
 
 
-def test_plain_grammar_is_off_unless_asked(built, monkeypatch):
+def test_plain_grammar_is_on_unless_turned_off(built, monkeypatch):
     from sglang_adaptive.worker import PLAIN_GRAMMAR_ENV
 
-    assert built.build("--speculative-disable-batch-threshold", "0").controller.plain_grammar is False
-    monkeypatch.setenv(PLAIN_GRAMMAR_ENV, "1")
     assert built.build("--speculative-disable-batch-threshold", "0").controller.plain_grammar is True
+    monkeypatch.setenv(PLAIN_GRAMMAR_ENV, "0")
+    assert built.build("--speculative-disable-batch-threshold", "0").controller.plain_grammar is False
 
 
 def test_worker_for_eagle_with_the_kv_audit(built, monkeypatch):

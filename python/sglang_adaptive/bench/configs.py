@@ -90,10 +90,9 @@ def common_args(pair: Pair, max_bs: int) -> list:
     ]
 
 
-# Structured output: xgrammar, the tokenizer, and plain batches may hold constrained
-# requests (worker.PLAIN_GRAMMAR_ENV; its default is off until the GPU grammar test passes).
+# Structured output: xgrammar and the tokenizer (plain batches hold constrained
+# requests by default).
 GRAMMAR_ARGS = ("--grammar-backend", "xgrammar", "--constrained-json-disable-any-whitespace")
-PLAIN_GRAMMAR_ENV = {"SGLANG_ADAPTIVE_PLAIN_GRAMMAR": "1"}
 
 
 def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int = 3,
@@ -125,8 +124,6 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
     out = []
     for label in labels:
         args, env = table[label]
-        if grammar and label.startswith("adaptive-"):
-            env = {**env, **PLAIN_GRAMMAR_ENV}
         if label.startswith("adaptive-") and keep_warm:
             out += [ServerConfig(f"{label}-{s}", [*args, "--speculative-draft-keep-warm", s], dict(env), s, grammar)
                     for s in keep_warm]
