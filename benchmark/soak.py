@@ -36,14 +36,20 @@ from pathlib import Path
 
 from sglang_adaptive.bench import configs
 from sglang_adaptive.bench.client import _one
-from sglang_adaptive.testing import Server, abort_by_rid, client_session, disconnect_midstream
+from sglang_adaptive.testing import (
+    Server,
+    abort_by_rid,
+    client_session,
+    disconnect_midstream,
+    metric_value,
+    scrape_metrics as scrape,
+)
 
 KINDS = ("greedy", "logprobs", "one-token", "parallel-2", "sampled-penalties", "stop-ids",
          "disconnect", "abort-request")
 # How often each kind is drawn (the rest of the mass is greedy).
 MIX = {"logprobs": 0.08, "one-token": 0.05, "parallel-2": 0.05, "sampled-penalties": 0.1,
        "stop-ids": 0.05, "disconnect": 0.04, "abort-request": 0.03}
-USED_TOKENS = re.compile(r"^sglang:num_used_tokens\{[^}]*\} ([\d.e+]+)$", re.M)
 STRICT_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1"}
 
 
@@ -93,18 +99,8 @@ def make_request(kind: str, rng: random.Random, vocab: int, in_len=(16, 512), ou
 
 def kv_tokens_in_use(metrics_text: str) -> int | None:
     """KV tokens in use from a ``/metrics`` scrape (summed over its label sets)."""
-    found = USED_TOKENS.findall(metrics_text)
-    return int(sum(float(x) for x in found)) if found else None
-
-
-def scrape(url: str) -> str:
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-            return r.read().decode()
-    except OSError:
-        return ""
+    found = metric_value(metrics_text, "sglang:num_used_tokens")
+    return None if found is None else int(found)
 
 
 def gpu_memory_mib() -> list[int]:
@@ -244,7 +240,9 @@ def main(argv=None) -> int:
                                      on_tick=on_tick, tick_s=args.sample_every))
         server.settle(quiet=3.0, limit=60.0)
         time.sleep(5)  # the gauges refresh on the scheduler's next report
-        kv_end = kv_tokens_in_use(scrape(server.url))
+        final_metrics = scrape(server.url)
+        kv_end = kv_tokens_in_use(final_metrics)
+        (out / "metrics.txt").write_text(final_metrics)  # the adaptive series beside SGLang's
         log = server.log_text()
         mode = re.findall(r"AdaptiveEAGLE (decode batches: .*)", log)
     finally:

@@ -25,6 +25,9 @@
 #        grammar  regex and JSON-schema requests through plain batches against no-spec (xgrammar;
 #               test/gpu/test_grammar_plain.py, tiny pair, fp32)
 #        kinds  every request kind through plain batches (test/gpu/test_request_kinds.py, tiny pair, fp32)
+#        telemetry  the Prometheus series and per-request counters against the log and each other
+#               (test/gpu/test_telemetry.py, tiny pair, fp32, alternation every 7 steps)
+#        soakplus  the soak with kinds and telemetry beside it (they check correctness, not speed)
 #        soak   benchmark/soak.py: 20 minutes of oscillating open-loop load, every request kind,
 #               aborts, strict memory check (longer than one wait: call wait again)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
@@ -119,6 +122,14 @@ if [ "$cmd" = start ]; then
                         test/gpu/test_grammar_plain.py -v -p no:cacheprovider ;;
             kinds) step kinds env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_request_kinds.py -v \
                         -p no:cacheprovider ;;
+            telemetry) step telemetry env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_telemetry.py -v \
+                        -p no:cacheprovider ;;
+            soakplus) { step soak python benchmark/soak.py --minutes 20 --out "$W/soak"; } &
+                    { step kinds env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=33000 python -m pytest -m gpu \
+                        test/gpu/test_request_kinds.py -v -p no:cacheprovider
+                      step telemetry env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=35000 python -m pytest -m gpu \
+                        test/gpu/test_telemetry.py -v -p no:cacheprovider; } &
+                    wait ;;
             goodput) for acc in 1.3 2.5 3.5; do
                         step "goodput-$acc" python -m sglang_adaptive.bench --acc-len "$acc" \
                             --configs plain,eagle3,adaptive-threshold,adaptive-goodput \

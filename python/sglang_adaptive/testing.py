@@ -241,6 +241,28 @@ def output_ids(results: list[dict]) -> list[list[int]]:
     return [r["output_ids"] for r in results]
 
 
+METRIC_SAMPLE_RE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{([^}]*)\})? (\S+)$", re.M)
+METRIC_LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape_metrics(url: str) -> str:
+    """The server's ``/metrics`` text (``--enable-metrics``); empty if it does not answer."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def metric_value(text: str, name: str, **labels) -> float | None:
+    """The sum of the samples of ``name`` in a ``/metrics`` text whose labels include
+    ``labels`` (other labels, e.g. model_name or tp_rank, are summed over); None if
+    there is none."""
+    found = [float(value) for sample, label_text, value in METRIC_SAMPLE_RE.findall(text)
+             if sample == name and labels.items() <= dict(METRIC_LABEL_RE.findall(label_text or "")).items()]
+    return sum(found) if found else None
+
+
 def mismatching_requests(a: list[list[int]], b: list[list[int]]) -> list[int]:
     """Indices of the requests whose output ids differ between two runs."""
     return [i for i, (x, y) in enumerate(zip(a, b)) if x != y]

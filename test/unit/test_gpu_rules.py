@@ -176,3 +176,70 @@ def test_constrained_grammar_requests_have_room_to_finish_their_document():
         params = r["sampling_params"]
         constrained = "regex" in params or "json_schema" in params
         assert (params["max_new_tokens"] == CONSTRAINED_MAX_TOKENS) == constrained
+
+
+def test_metric_value_sums_the_matching_samples():
+    from sglang_adaptive.testing import metric_value
+
+    text = ('# HELP x_total a counter\n# TYPE x_total counter\n'
+            'x_total{model_name="m",mode="plain"} 3.0\n'
+            'x_total{model_name="m",mode="spec"} 5.0\n'
+            'x_total{model_name="other, \\"quoted\\"",mode="plain"} 1.0\n'
+            'x_total_other{mode="plain"} 100.0\n'
+            'y 2.5e+01\n')
+    assert metric_value(text, "x_total", mode="plain") == 4.0
+    assert metric_value(text, "x_total") == 9.0
+    assert metric_value(text, "x_total", mode="plain", model_name="m") == 3.0
+    assert metric_value(text, "y") == 25.0
+    assert metric_value(text, "x_total", mode="off") is None and metric_value("", "y") is None
+
+
+def telemetry_scrape(plain=5, spec=5, switches=1, verifies=10, tokens=25, step_count=(3, 3)):
+    p = "sglang_adaptive_"
+    lines = [f'{p}decode_batches_total{{model_name="m",mode="plain"}} {plain}',
+             f'{p}decode_batches_total{{model_name="m",mode="spec"}} {spec}',
+             f'{p}mode_switches_total{{model_name="m"}} {switches}',
+             f'{p}speculative_mode{{model_name="m"}} 0.0',
+             f'{p}verify_requests_total{{model_name="m"}} {verifies}',
+             f'{p}verify_tokens_total{{model_name="m"}} {tokens}']
+    for mode, n in zip(("plain", "spec"), step_count):
+        lines += [f'{p}decode_step_seconds_count{{model_name="m",mode="{mode}"}} {n}',
+                  f'{p}decode_step_seconds_sum{{model_name="m",mode="{mode}"}} {0.005 * n}']
+    return "\n".join(lines) + "\n"
+
+
+def telemetry_run(verify_ct=(5, 5), correct=(7, 8), completion=(20, 20)):
+    line = "[t] AdaptiveEAGLE decode batches: 10 (plain 5, 50.0%; speculative 5), switches: 1\n"
+    results = [{"output_ids": [1], "meta_info": {"spec_verify_ct": v, "spec_num_correct_drafts": c,
+                                                 "spec_accept_length": 1 + c / v, "completion_tokens": n}}
+               for v, c, n in zip(verify_ct, correct, completion)]
+    return Run(results, line)
+
+
+@pytest.mark.parametrize("scrape, run, failing", [
+    (telemetry_scrape(), telemetry_run(), None),
+    (telemetry_scrape(plain=6), telemetry_run(), "test_mode_series_count_the_batches_the_log_counts"),
+    (telemetry_scrape(switches=2), telemetry_run(), "test_mode_series_count_the_batches_the_log_counts"),
+    (telemetry_scrape(step_count=(0, 3)), telemetry_run(), "test_step_time_series_hold_both_modes"),
+    # The series counted the plain steps as verifies, or missed verifies.
+    (telemetry_scrape(verifies=20, tokens=35), telemetry_run(), "test_verify_series_agree_with_the_requests_counters"),
+    (telemetry_scrape(verifies=9), telemetry_run(), "test_verify_series_agree_with_the_requests_counters"),
+    # Upstream's completion_tokens / spec_verify_ct: plain tokens counted as accepted drafts.
+    (telemetry_scrape(), Run([{"output_ids": [1], "meta_info": {
+        "spec_verify_ct": 5, "spec_num_correct_drafts": 7, "spec_accept_length": 4.0, "completion_tokens": 20}}] * 2,
+        "[t] AdaptiveEAGLE decode batches: 10 (plain 5, 50.0%; speculative 5), switches: 1\n"),
+     "test_per_request_accept_length_counts_speculative_steps_only"),
+    # Every token came from speculative steps: nothing plain was put to the test.
+    (telemetry_scrape(), telemetry_run(completion=(13, 14)),
+     "test_per_request_accept_length_counts_speculative_steps_only"),
+])
+def test_telemetry_verdicts(scrape, run, failing):
+    tel = gpu_test_module("test_telemetry")
+    tests = [getattr(tel, n) for n in dir(tel) if n.startswith("test_")]
+    assert len(tests) == 4
+    for test in tests:
+        if test.__name__ == failing:
+            with pytest.raises(AssertionError):
+                test((run, scrape))
+        else:
+            test((run, scrape))
