@@ -1,5 +1,5 @@
-"""benchmark/soak.py's pure parts: the oscillating arrivals, the request mix, the
-KV reading from /metrics and the verdict table."""
+"""benchmark/soak.py: the oscillating arrivals, the request mix, the KV reading from
+/metrics and the verdict table; and the whole script against a fake server."""
 
 import random
 import sys
@@ -53,3 +53,114 @@ def test_summary_counts_outcomes_and_flags_a_leak():
     assert s["kv_leak"] == 4 and s["gpu_memory_mib_max"] == 1100
     table = soak.markdown(s)
     assert "| KV tokens in use at start / end | 0 / 4 |" in table and "| errors | 1 |" in table
+
+
+class FakeSGLang:
+    """A stand-in for the SGLang server that soak.main starts: /generate (streamed and
+    not, ``n``), /abort_request, /metrics, in a thread of its own. It checks the
+    soak's driving and reporting end to end on the CPU; what the real server does
+    with each kind is the GPU tests' (test/gpu/test_request_kinds.py)."""
+
+    STATS = "[t] AdaptiveEAGLE decode batches: 10 (plain 6, 60.0%; speculative 4), switches: 3\n"
+
+    def __init__(self, label, args, env, log_dir, port=30000):
+        import socket
+
+        self.args, self.env, self.log_dir = args, env, Path(log_dir)
+        self.aborted: set = set()
+        self.seen: list = []
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log_path = self.log_dir / f"server-{label}.log"
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        async def generate(request):
+            import json
+
+            req = await request.json()
+            self.seen.append(req)
+            params = req["sampling_params"]
+            n_tokens, rid = params["max_new_tokens"], req.get("rid")
+
+            def body(count, reason):
+                return {"text": "x" * count, "output_ids": list(range(count)),
+                        "meta_info": {"finish_reason": {"type": reason}, "completion_tokens": count}}
+
+            if req.get("stream"):
+                resp = web.StreamResponse()
+                await resp.prepare(request)
+                for i in range(1, n_tokens + 1):
+                    await asyncio.sleep(0.001)
+                    reason = "length" if i == n_tokens else None
+                    await resp.write(f"data: {json.dumps(body(i, reason))}\n\n".encode())
+                await resp.write(b"data: [DONE]\n\n")
+                return resp
+            count = 0
+            while count < n_tokens and rid not in self.aborted:  # 10 ms a token: aborts land
+                await asyncio.sleep(0.01)
+                count += 1
+            one = body(count, "abort" if rid in self.aborted else "length")
+            return web.json_response([one, one] if params.get("n", 1) > 1 else one)
+
+        async def abort(request):
+            self.aborted.add((await request.json())["rid"])
+            return web.Response()
+
+        async def metrics(request):
+            return web.Response(text='sglang:num_used_tokens{model_name="m",tp_rank="0"} 0.0\n')
+
+        app = web.Application()
+        app.add_routes([web.post("/generate", generate), web.post("/abort_request", abort),
+                        web.get("/metrics", metrics)])
+        self.loop = asyncio.new_event_loop()
+        runner = web.AppRunner(app)
+        self.loop.run_until_complete(runner.setup())
+        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.log_path.write_text(self.STATS)
+
+    def settle(self, **kwargs):
+        pass
+
+    def log_text(self):
+        return self.log_path.read_text()
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+def test_soak_drives_every_kind_and_reports_against_a_fake_server(tmp_path, monkeypatch):
+    servers = []
+
+    def make(*args, **kwargs):
+        servers.append(FakeSGLang(*args, **kwargs))
+        return servers[-1]
+
+    monkeypatch.setattr(soak, "Server", make)
+    monkeypatch.setattr(soak.time, "sleep", lambda s: None)  # soak's start-up and drain pauses (nothing else sleeps)
+    rc = soak.main(["--minutes", "0.1", "--low", "20", "--high", "80", "--period", "6", "--sample-every", "0.5",
+                    "--out", str(tmp_path)])
+    summary = __import__("json").loads((tmp_path / "soak.json").read_text())
+    assert rc == 0, summary["first_errors"]
+    (server,) = servers
+    assert "--enable-metrics" in server.args and server.env["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY"] == "1"
+    assert summary["requests"] == len(server.seen) > 100  # one /generate per request, aborted ones too
+    assert set(summary["by_kind"]) == set(soak.KINDS), summary["by_kind"]
+    assert summary["errors"] == 0 and summary["kv_leak"] == 0
+    assert summary["by_outcome"].get("aborted", 0) > 0 and summary["by_outcome"].get("disconnected", 0) > 0
+    assert summary["mode_counters"].startswith("decode batches: 10 (plain 6")
+    assert len(summary["samples"]) >= 5 and all(kv == 0 for _, _, kv in summary["samples"])
+    assert "sglang:num_used_tokens" in (tmp_path / "metrics.txt").read_text()
+    assert "| errors | 0 |" in (tmp_path / "soak.md").read_text()
