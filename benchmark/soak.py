@@ -9,7 +9,8 @@ requests/s with period ``--period`` seconds, for ``--minutes``. The request mix
 ``n=2`` parallel sampling, temperature 0.8 with penalties, stop token ids,
 a client that disconnects mid-stream, and ``/abort_request`` by request id.
 
-Every ``--sample-every`` seconds it records GPU memory (``nvidia-smi``) and the KV
+Every ``--sample-every`` seconds it records the GPU memory the server's processes hold
+(``nvidia-smi``; other jobs on the GPU do not count) and the KV
 tokens in use (``sglang:num_used_tokens`` from ``/metrics``). At the end
 it waits for the server to drain and reports, as JSON, a markdown table and a plot:
 requests per kind and outcome, errors, KV tokens in use at the start and at the
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import re
 import subprocess
@@ -103,13 +105,31 @@ def kv_tokens_in_use(metrics_text: str) -> int | None:
     return None if found is None else int(found)
 
 
-def gpu_memory_mib() -> list[int]:
+def gpu_memory_mib(pgid: int | None = None) -> list[int]:
+    """MiB in use on each GPU; with ``pgid``, one figure: what the processes of that
+    process group (the soak's server) hold, so jobs beside it do not count."""
+    query = "--query-gpu=memory.used" if pgid is None else "--query-compute-apps=pid,used_memory"
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=10).stdout
-        return [int(x) for x in out.split()]
+        if pgid is None:
+            return [int(x) for x in out.split()]
+        return [sum(mib for pid, mib in parse_compute_apps(out) if _pgid(pid) == pgid)]
     except (OSError, ValueError, subprocess.SubprocessError):
         return []
+
+
+def parse_compute_apps(out: str) -> list[tuple[int, int]]:
+    """(pid, MiB) from ``nvidia-smi --query-compute-apps=pid,used_memory`` CSV lines."""
+    rows = [line.split(",") for line in out.splitlines() if line.strip()]
+    return [(int(pid), int(mib)) for pid, mib in rows]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:  # gone, or in another PID namespace
+        return None
 
 
 async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict], timeout: float,
@@ -186,7 +206,8 @@ def plot(summary: dict, path: Path) -> bool:
     fig, (ax_m, ax_k) = plt.subplots(2, 1, figsize=(7, 5), dpi=100, sharex=True)
     ts = [t / 60 for t, _, _ in samples]
     for gpu in range(max((len(m) for _, m, _ in samples), default=0)):
-        ax_m.plot(ts, [m[gpu] if len(m) > gpu else float("nan") for _, m, _ in samples], label=f"GPU {gpu}")
+        ax_m.plot(ts, [m[gpu] if len(m) > gpu else float("nan") for _, m, _ in samples],
+                  label="server" if len(samples[0][1]) == 1 else f"GPU {gpu}")
     ax_m.set_ylabel("GPU memory used (MiB)")
     ax_m.legend(fontsize=8)
     ax_k.plot(ts, [k if k is not None else float("nan") for _, _, k in samples])
@@ -230,9 +251,12 @@ def main(argv=None) -> int:
     samples: list = []
 
     def on_tick(t):
-        samples.append((round(t, 1), gpu_memory_mib(), kv_tokens_in_use(scrape(server.url))))
+        samples.append((round(t, 1), gpu_memory_mib(server_pgid), kv_tokens_in_use(scrape(server.url))))
 
     server.start()
+    # Its own processes' memory (the server starts its own session): the GPU tests of
+    # gpu-host-run's soakplus step run beside it.
+    server_pgid = server.proc.pid if getattr(server, "proc", None) else None
     try:
         time.sleep(2)
         kv_start = kv_tokens_in_use(scrape(server.url))

@@ -32,7 +32,7 @@
 #               aborts, strict memory check (longer than one wait: call wait again)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
 #               1-128 with 8 waves of requests, no-spec / static EAGLE-3 / threshold / goodput; on one
-#               GPU it outlasts a session's device time: narrow it with GOODPUT_ACCS (e.g. "2.5"),
+#               GPU it outlasts a session's device time: narrow it with GOODPUT_ACCS (e.g. "2.5" or "1.3,3.5"),
 #               GOODPUT_CONFIGS, GOODPUT_RPC, GOODPUT_PHASES (e.g. 15:2,15:96,15:2)
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
@@ -132,7 +132,8 @@ if [ "$cmd" = start ]; then
                       step telemetry env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=35000 python -m pytest -m gpu \
                         test/gpu/test_telemetry.py -v -p no:cacheprovider; } &
                     wait ;;
-            goodput) for acc in ${GOODPUT_ACCS:-1.3 2.5 3.5}; do
+            goodput) accs="${GOODPUT_ACCS:-1.3,2.5,3.5}"
+                      for acc in ${accs//,/ }; do
                         step "goodput-$acc" python -m sglang_adaptive.bench --acc-len "$acc" \
                             --configs "${GOODPUT_CONFIGS:-plain,eagle3,adaptive-threshold,adaptive-goodput}" \
                             --closed 1,2,4,8,16,32,64,128 --requests-per-client "${GOODPUT_RPC:-8}" --rates "" \

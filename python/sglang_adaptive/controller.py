@@ -172,7 +172,7 @@ class AdaptiveModeController(ModeController):
         writes_table: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         telemetry: NoTelemetry | None = None,
-        plain_grammar: bool = False,
+        plain_grammar: bool = True,
     ):
         super().__init__(policy)
         self.plain_grammar = plain_grammar

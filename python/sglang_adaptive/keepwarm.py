@@ -27,7 +27,7 @@ calls, so the worker has no ``if enabled:``:
 
 The K/V writer knows the Llama EAGLE-3 draft (one layer) on an unquantized MHA pool.
 Any other draft (the MLA draft of Kimi K2.5, an FP8 or sliding-window draft pool)
-takes ``full`` by default and refuses an explicit ``kv`` at start-up.
+takes ``none`` by default (see ``resolve``) and refuses an explicit ``kv`` at start-up.
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ class GoodputPolicy(ModePolicy):
       speculative step costs more, so that probes cost at most ``probe_budget`` (1%)
       of the time (at batch 128 on the K2.5 shape, about one in 350 steps). A probe
       does not change the mode the policy is in, nor does a batch the controller
-      made speculate against the policy's answer (grammar);
+      made speculate against the policy's answer (grammar, with SGLANG_ADAPTIVE_PLAIN_GRAMMAR=0);
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap; leaving plain also needs it with the acceptance
       estimate less one standard error, counted in speculative steps (a probe or two
@@ -299,7 +299,7 @@ class PolicyConfig:
     threshold: int | None = None
     alternate_period: int = 1
     cost_table_path: str | None = None
-    # None: 'kv' where the draft has a K/V writer, else 'full' (keepwarm.resolve).
+    # None: 'kv' where the draft has a K/V writer, else 'none' (keepwarm.resolve).
     keep_warm: str | None = None
 
     @property

@@ -40,6 +40,17 @@ RAMP_THRESHOLD = 8
 # kv against full (the draft's whole extend at every plain step: the most a keep-warm
 # strategy can give) on the same load; none sits 0.03-1.3 below full.
 FULL_TOLERANCE = 0.01
+# kv against static EAGLE-3 in the same batch sizes: two servers whose small batches
+# hold different requests at different times (measured margin: +0.07).
+RAMP_TOLERANCE = 0.02
+
+
+def served(runs, *labels):
+    """The runs of ``labels``; skips the test where a label was not served (ADAPTIVE_GPU_ONLY)."""
+    missing = [label for label in labels if label not in runs]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not served in this run (ADAPTIVE_GPU_ONLY)")
+    return [runs[label].check() for label in labels]
 RECOVERY_BAR = 0.95  # kv: 1st speculative step after a 50-step plain stretch / steady state
 RECOVERY_PLACES = (1, 5, 20)
 # fp32 K/V of the writer against the draft's extend: both compute the same products,
@@ -156,15 +167,15 @@ def test_kv_keeps_tokens_per_verify_near_static_eagle3(runs, name):
 def test_kv_under_the_ramp_matches_static_eagle3_in_the_same_batches(runs):
     """The ramp's speculative batches are its small ones: static EAGLE-3 under the same
     ramp, counted in its batches of at most 8 requests, is what kv should reach."""
-    kv = runs[label_of("threshold-8-ramp", "kv")].check().spec_accept_length()
-    static = runs[RAMP_REFERENCE].check().spec_accept_length(RAMP_THRESHOLD)
-    assert kv >= static, f"kv {kv:.3f} < static EAGLE-3 {static:.3f} in batches of <= {RAMP_THRESHOLD}"
+    kv_run, static_run = served(runs, label_of("threshold-8-ramp", "kv"), RAMP_REFERENCE)
+    kv, static = kv_run.spec_accept_length(), static_run.spec_accept_length(RAMP_THRESHOLD)
+    assert kv >= static - RAMP_TOLERANCE, \
+        f"kv {kv:.3f} < static EAGLE-3 {static:.3f} - {RAMP_TOLERANCE} in batches of <= {RAMP_THRESHOLD}"
 
 
 @pytest.mark.parametrize("name", SWITCHING)
 def test_kv_reaches_what_running_the_whole_draft_gives(runs, name):
-    kv = runs[label_of(name, "kv")].check().spec_accept_length()
-    full = runs[label_of(name, "full")].check().spec_accept_length()
+    kv, full = (r.spec_accept_length() for r in served(runs, label_of(name, "kv"), label_of(name, "full")))
     assert kv >= full - FULL_TOLERANCE, f"{name}: kv {kv:.3f} < full {full:.3f} - {FULL_TOLERANCE}"
 
 

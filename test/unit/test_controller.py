@@ -9,12 +9,12 @@ def test_default_controller_is_upstream_behaviour():
     assert c.kv_reserve(False, True) is None
 
 
-def test_grammar_batches_stay_speculative_unless_plain_grammar_is_on():
+def test_grammar_batches_go_plain_unless_plain_grammar_is_off():
     c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=4)
+    assert c.speculate(8, has_grammar=True) is False
+    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=4, plain_grammar=False)
     assert c.speculate(8, has_grammar=False) is False
     assert c.speculate(8, has_grammar=True) is True
-    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=4, plain_grammar=True)
-    assert c.speculate(8, has_grammar=True) is False
 
 
 def test_reserve_follows_the_in_flight_mode():

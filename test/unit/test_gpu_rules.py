@@ -158,7 +158,7 @@ def test_keep_warm_ramp_verdicts_compare_the_same_batch_sizes_and_full():
     assert static.spec_accept_length(kw.RAMP_THRESHOLD) == 3.0
     full = decode_run((4, 3.0), (20, None))
     runs = {kw.RAMP_REFERENCE: static, "threshold-8-ramp-full": full}
-    for kv_accept, ok in ((3.0, True), (2.9, False)):
+    for kv_accept, ok in ((3.0, True), (2.995, True), (2.9, False)):  # within both tolerances, then not
         runs["threshold-8-ramp-kv"] = decode_run((4, kv_accept), (20, None))
         for rule in (kw.test_kv_under_the_ramp_matches_static_eagle3_in_the_same_batches,
                      lambda r: kw.test_kv_reaches_what_running_the_whole_draft_gives(r, "threshold-8-ramp")):
@@ -224,6 +224,7 @@ def telemetry_run(verify_ct=(5, 5), correct=(7, 8), completion=(20, 20)):
     # The series counted the plain steps as verifies, or missed verifies.
     (telemetry_scrape(verifies=20, tokens=35), telemetry_run(), "test_verify_series_agree_with_the_requests_counters"),
     (telemetry_scrape(verifies=9), telemetry_run(), "test_verify_series_agree_with_the_requests_counters"),
+    (telemetry_scrape(tokens=40), telemetry_run(), "test_verify_series_agree_with_the_requests_counters"),
     # Upstream's completion_tokens / spec_verify_ct: plain tokens counted as accepted drafts.
     (telemetry_scrape(), Run([{"output_ids": [1], "meta_info": {
         "spec_verify_ct": 5, "spec_num_correct_drafts": 7, "spec_accept_length": 4.0, "completion_tokens": 20}}] * 2,

@@ -43,6 +43,17 @@ def test_kv_tokens_come_from_the_metrics_gauge():
     assert soak.kv_tokens_in_use("") is None
 
 
+def test_server_memory_sums_its_own_processes_only(monkeypatch):
+    import os
+    import subprocess
+
+    out = "101, 5000\n202, 700\n303, 900\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=out))
+    monkeypatch.setattr(os, "getpgid", lambda pid: {101: 7, 202: 7, 303: 9}[pid])
+    assert soak.parse_compute_apps(out) == [(101, 5000), (202, 700), (303, 900)]
+    assert soak.gpu_memory_mib(7) == [5700] and soak.gpu_memory_mib(8) == [0]
+
+
 def test_summary_counts_outcomes_and_flags_a_leak():
     outcomes = [("greedy", "ok"), ("disconnect", "disconnected"), ("abort-request", "aborted"),
                 ("greedy", "error: HTTP 500: boom")]
