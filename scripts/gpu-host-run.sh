@@ -88,6 +88,10 @@ if [ "$cmd" = start ]; then
             step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
                 --requests-per-client 2 --rates "" --phases "" --out "$W/$name" "$@"
         }
+        gputest() {  # step name, port base, test file: one GPU test module on its own ports
+            step "$1" env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE="$2" python -m pytest -m gpu "$3" -v \
+                -p no:cacheprovider
+        }
         tinymla() {
             step tinymla env ADAPTIVE_GPU_PARALLEL=6 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=32000 \
                 python -m pytest -m gpu \
@@ -120,17 +124,12 @@ if [ "$cmd" = start ]; then
                         --rates "" --phases "" --out "$W/k25bench" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
             soak) step soak python benchmark/soak.py --minutes 20 --out "$W/soak" ;;
-            grammar) step grammar env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu \
-                        test/gpu/test_grammar_plain.py -v -p no:cacheprovider ;;
-            kinds) step kinds env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_request_kinds.py -v \
-                        -p no:cacheprovider ;;
-            telemetry) step telemetry env ADAPTIVE_GPU_REQUIRED=1 python -m pytest -m gpu test/gpu/test_telemetry.py -v \
-                        -p no:cacheprovider ;;
+            grammar) gputest grammar 34000 test/gpu/test_grammar_plain.py ;;
+            kinds) gputest kinds 33000 test/gpu/test_request_kinds.py ;;
+            telemetry) gputest telemetry 35000 test/gpu/test_telemetry.py ;;
             soakplus) { step soak python benchmark/soak.py --minutes 20 --out "$W/soak"; } &
-                    { step kinds env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=33000 python -m pytest -m gpu \
-                        test/gpu/test_request_kinds.py -v -p no:cacheprovider
-                      step telemetry env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=35000 python -m pytest -m gpu \
-                        test/gpu/test_telemetry.py -v -p no:cacheprovider; } &
+                    { gputest kinds 33000 test/gpu/test_request_kinds.py
+                      gputest telemetry 35000 test/gpu/test_telemetry.py; } &
                     wait ;;
             goodput) accs="${GOODPUT_ACCS:-1.3,2.5,3.5}"
                       for acc in ${accs//,/ }; do
@@ -169,10 +168,8 @@ if [ "$cmd" = start ]; then
             kwcost2) step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
                         --keep-warm kv,none --closed 128 --requests-per-client 6 --rates "" \
                         --phases "" --out "$W/kwcost2" ;;
-            checks) { step grammar env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=34000 python -m pytest -m gpu \
-                        test/gpu/test_grammar_plain.py -v -p no:cacheprovider; } &
-                    { step kinds env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=33000 python -m pytest -m gpu \
-                        test/gpu/test_request_kinds.py -v -p no:cacheprovider; } &
+            checks) gputest grammar 34000 test/gpu/test_grammar_plain.py &
+                    gputest kinds 33000 test/gpu/test_request_kinds.py &
                     step keepwarmramp env ADAPTIVE_GPU_PARALLEL=6 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=30000 \
                         ADAPTIVE_GPU_ONLY=plain,eagle3,eagle3-ramp,threshold-8-ramp-none,threshold-8-ramp-kv,threshold-8-ramp-full \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider -k "ramp"

@@ -203,7 +203,6 @@ class LlamaKVWriter:
         h = self.fc_hidden(aux)
         x = torch.cat([self.input_layernorm(self.embed(token_ids)), self.hidden_norm(h)], dim=-1)
         k, v = F.linear(x, self.w_kv).split([self.kv_size, self.kv_size], dim=-1)
-        # The rope kernel wants a query: one head of scratch.
         # The rope kernels want a query with a multiple of the K heads: scratch.
         _, k = self.rotary(positions, torch.empty_like(k), k)
         self.pool.set_kv_buffer(
