@@ -13,6 +13,8 @@
 #        k25    GPU suite on the Kimi-K2.5-shaped pair at TP 2 (needs 2 GPUs; 3 servers side by side)
 #        k25bench  the benchmark on that pair with the users' flags: no-spec, static EAGLE-3,
 #               threshold 5, closed loop at 1, 8, 32, 128 (run after k25: warm kernel caches)
+#        k25deep  k25bench on the 16-layer target (benchmark/models/k25-tp2-l16): a decode step long
+#               enough to hide the scheduler's host work, as on the users' 61 layers
 #        bench  python -m sglang_adaptive.bench with its defaults (the README's main job)
 #        stream the benchmark's streaming closed loop at 1 and 128 only: plain, static
 #               EAGLE-3 and adaptive (about 6 minutes)
@@ -122,6 +124,9 @@ if [ "$cmd" = start ]; then
             k25bench) step k25bench python -m sglang_adaptive.bench --pair k25 --tp 2 --threshold 5 \
                         --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
                         --rates "" --phases "" --out "$W/k25bench" ;;
+            k25deep) step k25deep python -m sglang_adaptive.bench --pair k25 --k25-layers 16 --tp 2 --threshold 5 \
+                        --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
+                        --rates "" --phases "" --out "$W/k25deep" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
             soak) step soak python benchmark/soak.py --minutes 20 --out "$W/soak" ;;
             grammar) gputest grammar 34000 test/gpu/test_grammar_plain.py ;;

@@ -262,6 +262,18 @@ def test_k25_pair_serves_the_users_flags_at_tensor_parallel():
     assert (pair.shape, pair.acceptance) == ("k25-tp2", 2.5)
 
 
+def test_k25_deep_target_differs_from_the_shipped_one_in_depth_only():
+    pair = configs.k25_pair(tp=2, layers=16)
+    assert (pair.name, pair.shape) == ("k25-l16-tp2", "k25-l16-tp2")
+    assert bench.pair_of(bench.parse_args(["--pair", "k25", "--k25-layers", "16"])).target == pair.target
+    deep = json.loads((pair.target / "config.json").read_text())
+    shallow = json.loads((configs.k25_pair().target / "config.json").read_text())
+    assert (deep.pop("num_hidden_layers"), shallow.pop("num_hidden_layers")) == (16, 4)
+    assert deep == shallow and pair.draft == configs.k25_pair().draft
+    with pytest.raises(ValueError, match="ships with \\[4, 16\\] layers, not 8"):
+        configs.k25_pair(layers=8)
+
+
 def test_without_flags_drops_each_flag_with_its_value():
     from sglang_adaptive.testing import without_flags
 

@@ -56,6 +56,9 @@ def parse_args(argv=None):
                         "users' flags at --tp (default 2); tiny: the trained fixture pair; "
                         "custom: --target/--draft")
     p.add_argument("--tp", type=int, default=2, help="tensor parallel size of the k25 pair")
+    p.add_argument("--k25-layers", type=int, choices=sorted(configs.K25_LAYERS), default=4,
+                   help="depth of the k25 target: 4 (default) or 16, where a decode step is long "
+                        "enough to hide the scheduler's host work (shape k25-l16-tp2)")
     p.add_argument("--target")
     p.add_argument("--draft")
     p.add_argument("--configs", default=",".join(configs.LABELS))
@@ -111,7 +114,7 @@ def pair_of(a) -> configs.Pair:
     if a.pair == "dummy":
         return configs.dummy_pair(a.acc_len)
     if a.pair == "k25":
-        return configs.k25_pair(a.acc_len, a.tp)
+        return configs.k25_pair(a.acc_len, a.tp, layers=a.k25_layers)
     if a.pair == "tiny":
         return configs.tiny_pair()
     return configs.custom_pair(a.target, a.draft)
