@@ -45,6 +45,7 @@ from sglang_adaptive.testing import (
     disconnect_midstream,
     metric_value,
     scrape_metrics as scrape,
+    without_flags,
 )
 
 KINDS = ("greedy", "logprobs", "one-token", "parallel-2", "sampled-penalties", "stop-ids",
@@ -232,6 +233,9 @@ def main(argv=None) -> int:
     p.add_argument("--acc-len", type=float, default=2.5)
     p.add_argument("--sample-every", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mem-fraction-static", type=float, default=None,
+                   help="the server's memory fraction (default: the benchmark's); lower it when GPU "
+                        "tests share the GPU with the soak")
     p.add_argument("--out", default="benchmark/results/latest/soak")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -240,7 +244,11 @@ def main(argv=None) -> int:
     pair = configs.dummy_pair(args.acc_len)
     label = "adaptive-threshold" if args.policy == "threshold" else "adaptive-goodput"
     (config,) = configs.server_configs(pair, (label,), threshold=args.threshold)
-    server = Server(f"soak-{label}", config.args + ["--enable-metrics"], {**config.env, **STRICT_ENV},
+    server_args = config.args + ["--enable-metrics"]
+    if args.mem_fraction_static is not None:
+        server_args = without_flags(server_args, ("--mem-fraction-static",)) + [
+            "--mem-fraction-static", str(args.mem_fraction_static)]
+    server = Server(f"soak-{label}", server_args, {**config.env, **STRICT_ENV},
                     log_dir=out)
     times = arrivals(60 * args.minutes, args.low, args.high, args.period, args.seed)
     rng = random.Random(args.seed)

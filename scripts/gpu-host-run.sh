@@ -30,6 +30,7 @@
 #        telemetry  the Prometheus series and per-request counters against the log and each other
 #               (test/gpu/test_telemetry.py, tiny pair, fp32, alternation every 7 steps)
 #        soakplus  the soak with kinds and telemetry beside it (they check correctness, not speed)
+#        soakmla  one GPU: the soak (memory fraction 0.3) with trainmla and tinymla beside it
 #        soak   benchmark/soak.py: 20 minutes of oscillating open-loop load, every request kind,
 #               aborts, strict memory check (longer than one wait: call wait again)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
@@ -135,6 +136,10 @@ if [ "$cmd" = start ]; then
             soakplus) { step soak python benchmark/soak.py --minutes 20 --out "$W/soak"; } &
                     { gputest kinds 33000 test/gpu/test_request_kinds.py
                       gputest telemetry 35000 test/gpu/test_telemetry.py; } &
+                    wait ;;
+            soakmla) { step soak python benchmark/soak.py --minutes 20 --mem-fraction-static 0.3 --out "$W/soak"; } &
+                    { step trainmla python test/fixtures/train_tiny_mla_pair.py --device cuda \
+                        --out test/fixtures/tiny-mla-pair; tinymla; } &
                     wait ;;
             goodput) accs="${GOODPUT_ACCS:-1.3,2.5,3.5}"
                       for acc in ${accs//,/ }; do

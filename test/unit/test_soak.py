@@ -162,11 +162,13 @@ def test_soak_drives_every_kind_and_reports_against_a_fake_server(tmp_path, monk
     monkeypatch.setattr(soak, "Server", make)
     monkeypatch.setattr(soak.time, "sleep", lambda s: None)  # soak's start-up and drain pauses (nothing else sleeps)
     rc = soak.main(["--minutes", "0.1", "--low", "20", "--high", "80", "--period", "6", "--sample-every", "0.5",
-                    "--out", str(tmp_path)])
+                    "--mem-fraction-static", "0.3", "--out", str(tmp_path)])
     summary = __import__("json").loads((tmp_path / "soak.json").read_text())
     assert rc == 0, summary["first_errors"]
     (server,) = servers
     assert "--enable-metrics" in server.args and server.env["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY"] == "1"
+    assert server.args.count("--mem-fraction-static") == 1  # replaced, not added twice
+    assert server.args[server.args.index("--mem-fraction-static") + 1] == "0.3"
     assert summary["requests"] == len(server.seen) > 100  # one /generate per request, aborted ones too
     assert set(summary["by_kind"]) == set(soak.KINDS), summary["by_kind"]
     assert summary["errors"] == 0 and summary["kv_leak"] == 0
