@@ -31,6 +31,7 @@
 #               (test/gpu/test_telemetry.py, tiny pair, fp32, alternation every 7 steps)
 #        soakplus  the soak with kinds and telemetry beside it (they check correctness, not speed)
 #        soakmla  one GPU: the soak (memory fraction 0.3) with trainmla and tinymla beside it
+#        soakquick  one GPU: the soak (memory fraction 0.3), and quick beside it once the soak's server holds its memory
 #        soak   benchmark/soak.py: 20 minutes of oscillating open-loop load, every request kind,
 #               aborts, strict memory check (longer than one wait: call wait again)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
@@ -140,6 +141,12 @@ if [ "$cmd" = start ]; then
             soakmla) { step soak python benchmark/soak.py --minutes 20 --mem-fraction-static 0.3 --out "$W/soak"; } &
                     { step trainmla python test/fixtures/train_tiny_mla_pair.py --device cuda \
                         --out test/fixtures/tiny-mla-pair; tinymla; } &
+                    wait ;;
+            soakquick) { step soak python benchmark/soak.py --minutes 20 --mem-fraction-static 0.3 --out "$W/soak"; } &
+                    { sleep 90; step quick env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=32000 \
+                        ADAPTIVE_GPU_ONLY=plain-fp32,alternate-1-fp32,alternate-7-fp32,threshold-8-ramp-fp32,threshold-0-fp32,goodput-fp32 \
+                        python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider \
+                        -k "fp32 and not eagle3 and not bf16"; } &
                     wait ;;
             goodput) accs="${GOODPUT_ACCS:-1.3,2.5,3.5}"
                       for acc in ${accs//,/ }; do
