@@ -260,9 +260,15 @@ def main(argv=None) -> int:
     print(f"soak: {len(times)} requests over {args.minutes} min, {label}; log {server.log_path}", flush=True)
 
     samples: list = []
+    # Each sample is also written as it is taken: a soak cut short (a lease that ends
+    # first) still leaves its memory and KV timeline.
+    progress = out / "samples.jsonl"
+    progress.write_text("")
 
     def on_tick(t):
         samples.append((round(t, 1), gpu_memory_mib(server_pgid), kv_tokens_in_use(scrape(server.url))))
+        with progress.open("a") as f:
+            f.write(json.dumps(samples[-1]) + "\n")
 
     server.start()
     # Its own processes' memory (the server starts its own session): the GPU tests of

@@ -175,5 +175,7 @@ def test_soak_drives_every_kind_and_reports_against_a_fake_server(tmp_path, monk
     assert summary["by_outcome"].get("aborted", 0) > 0 and summary["by_outcome"].get("disconnected", 0) > 0
     assert summary["mode_counters"].startswith("decode batches: 10 (plain 6")
     assert len(summary["samples"]) >= 5 and all(kv == 0 for _, _, kv in summary["samples"])
+    written = [__import__("json").loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert written == [list(x) for x in summary["samples"]]  # as they were taken, for a soak cut short
     assert "sglang:num_used_tokens" in (tmp_path / "metrics.txt").read_text()
     assert "| errors | 0 |" in (tmp_path / "soak.md").read_text()
