@@ -96,8 +96,9 @@ if [ "$cmd" = start ]; then
             step "$1" env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE="$2" python -m pytest -m gpu "$3" -v \
                 -p no:cacheprovider
         }
-        tinymla() {
+        tinymla() {  # MLA_TP_SIZES=2: TP 2 only
             step tinymla env ADAPTIVE_GPU_PARALLEL=6 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=32000 \
+                ADAPTIVE_GPU_TP_SIZES="${MLA_TP_SIZES:-}" \
                 python -m pytest -m gpu \
                 test/gpu/test_tiny_mla_pair.py -v -p no:cacheprovider
         }
