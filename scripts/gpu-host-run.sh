@@ -6,7 +6,8 @@
 #                   plugin from there, and run the steps one after another in a new
 #                   process session, which outlives the command;
 #   wait SECONDS    follow the jobs for at most SECONDS, then copy each step's folder
-#                   (as STEP.tgz, logs included) and the progress log to $OUT.
+#                   (as STEP.tgz, logs included) and the progress log to $OUT; also every
+#                   SNAPSHOT_S seconds (default 120) while waiting, for a lease that ends first.
 #
 # Steps: tiny   GPU suite on the trained tiny pair with its GPU mutants (10 servers side by side)
 #        dummy  GPU suite on the dummy Llama-3-8B-shaped pair (4 side by side)
@@ -208,20 +209,29 @@ if [ "$cmd" = start ]; then
     exit 0
 fi
 
+snapshot() {  # each step's folder as STEP.tgz, and the progress log, into $OUT
+    cp "$W/progress.log" "$OUT/" 2>/dev/null
+    for d in "$W"/*/; do
+        tar -C "$W" -czf "$OUT/$(basename "$d").tgz" "$(basename "$d")" 2>/dev/null
+    done
+}
+
 if [ "$cmd" = wait ]; then
     deadline=$((SECONDS + ${1:?seconds}))
     seen=0
+    next_snapshot=$((SECONDS + ${SNAPSHOT_S:-120}))
     while [ $SECONDS -lt $deadline ]; do
         n=$( (wc -l <"$W/progress.log") 2>/dev/null || echo 0)
         if [ "$n" -gt "$seen" ]; then sed -n "$((seen + 1)),${n}p" "$W/progress.log"; seen=$n; fi
         grep -q "all done" "$W/progress.log" 2>/dev/null && break
+        # A lease can end before this wait does (the session's device time runs out, and the
+        # command is killed): what $OUT holds then still comes back, so keep it current.
+        if [ $SECONDS -ge $next_snapshot ]; then snapshot; next_snapshot=$((SECONDS + ${SNAPSHOT_S:-120})); fi
         sleep 5
     done
-    cp "$W/progress.log" "$OUT/" 2>/dev/null
+    snapshot
     for d in "$W"/*/; do
-        name=$(basename "$d")
-        tar -C "$W" -czf "$OUT/$name.tgz" "$name"
-        echo "== $name: $(tail -n 3 "$d/output.txt" 2>/dev/null | tr '\n' ' ')"
+        echo "== $(basename "$d"): $(tail -n 3 "$d/output.txt" 2>/dev/null | tr '\n' ' ')"
     done
     exit 0
 fi
