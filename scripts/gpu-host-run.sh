@@ -103,16 +103,26 @@ if [ "$cmd" = start ]; then
                 python -m pytest -m gpu \
                 test/gpu/test_tiny_mla_pair.py -v -p no:cacheprovider
         }
+        soak() {  # extra soak.py arguments
+            step soak python benchmark/soak.py --minutes 20 --out "$W/soak" "$@"
+        }
+        trainmla() {  # train the MLA pair on the GPU, then serve it (tinymla)
+            step trainmla python test/fixtures/train_tiny_mla_pair.py --device cuda \
+                --out test/fixtures/tiny-mla-pair
+            tinymla
+        }
+        quick() {  # extra environment assignments (VAR=value ...)
+            step quick env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 "$@" \
+                ADAPTIVE_GPU_ONLY=plain-fp32,alternate-1-fp32,alternate-7-fp32,threshold-8-ramp-fp32,threshold-0-fp32,goodput-fp32 \
+                python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider \
+                -k "fp32 and not eagle3 and not bf16"
+        }
         for s in '"$*"'; do
             case "$s" in
             train) step train python test/fixtures/train_tiny_pair.py --out "$W/train/pair" & ;;
-            trainmla) { step trainmla python test/fixtures/train_tiny_mla_pair.py --device cuda \
-                        --out test/fixtures/tiny-mla-pair; tinymla; } & ;;
+            trainmla) trainmla & ;;
             tinymla) tinymla ;;
-            quick) step quick env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 \
-                        ADAPTIVE_GPU_ONLY=plain-fp32,alternate-1-fp32,alternate-7-fp32,threshold-8-ramp-fp32,threshold-0-fp32,goodput-fp32 \
-                        python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider \
-                        -k "fp32 and not eagle3 and not bf16" ;;
+            quick) quick ;;
             hosttime) for c in plain adaptive-threshold; do
                         step "hosttime-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/hosttime-$c/timing" \
                             python -m sglang_adaptive.bench --pair k25 --tp "${K25_TP:-2}" --threshold 0 \
@@ -132,23 +142,19 @@ if [ "$cmd" = start ]; then
                         --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
                         --rates "" --phases "" --out "$W/k25deep" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
-            soak) step soak python benchmark/soak.py --minutes 20 --out "$W/soak" ;;
+            soak) soak ;;
             grammar) gputest grammar 34000 test/gpu/test_grammar_plain.py ;;
             kinds) gputest kinds 33000 test/gpu/test_request_kinds.py ;;
             telemetry) gputest telemetry 35000 test/gpu/test_telemetry.py ;;
-            soakplus) { step soak python benchmark/soak.py --minutes 20 --out "$W/soak"; } &
+            soakplus) soak &
                     { gputest kinds 33000 test/gpu/test_request_kinds.py
                       gputest telemetry 35000 test/gpu/test_telemetry.py; } &
                     wait ;;
-            soakmla) { step soak python benchmark/soak.py --minutes 20 --mem-fraction-static 0.3 --out "$W/soak"; } &
-                    { step trainmla python test/fixtures/train_tiny_mla_pair.py --device cuda \
-                        --out test/fixtures/tiny-mla-pair; tinymla; } &
+            soakmla) soak --mem-fraction-static 0.3 &
+                    trainmla &
                     wait ;;
-            soakquick) { step soak python benchmark/soak.py --minutes 20 --mem-fraction-static 0.3 --out "$W/soak"; } &
-                    { sleep 90; step quick env ADAPTIVE_GPU_PARALLEL=8 ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE=32000 \
-                        ADAPTIVE_GPU_ONLY=plain-fp32,alternate-1-fp32,alternate-7-fp32,threshold-8-ramp-fp32,threshold-0-fp32,goodput-fp32 \
-                        python -m pytest -m gpu test/gpu/test_tiny_pair.py -v -p no:cacheprovider \
-                        -k "fp32 and not eagle3 and not bf16"; } &
+            soakquick) soak --mem-fraction-static 0.3 &
+                    { sleep 90; quick ADAPTIVE_GPU_PORT_BASE=32000; } &
                     wait ;;
             goodput) accs="${GOODPUT_ACCS:-1.3,2.5,3.5}"
                       for acc in ${accs//,/ }; do
@@ -219,14 +225,15 @@ snapshot() {  # each step's folder as STEP.tgz, and the progress log, into $OUT
 if [ "$cmd" = wait ]; then
     deadline=$((SECONDS + ${1:?seconds}))
     seen=0
-    next_snapshot=$((SECONDS + ${SNAPSHOT_S:-120}))
+    every=${SNAPSHOT_S:-120}
+    next_snapshot=$((SECONDS + every))
     while [ $SECONDS -lt $deadline ]; do
         n=$( (wc -l <"$W/progress.log") 2>/dev/null || echo 0)
         if [ "$n" -gt "$seen" ]; then sed -n "$((seen + 1)),${n}p" "$W/progress.log"; seen=$n; fi
         grep -q "all done" "$W/progress.log" 2>/dev/null && break
         # A lease can end before this wait does (the session's device time runs out, and the
         # command is killed): what $OUT holds then still comes back, so keep it current.
-        if [ $SECONDS -ge $next_snapshot ]; then snapshot; next_snapshot=$((SECONDS + ${SNAPSHOT_S:-120})); fi
+        if [ $SECONDS -ge $next_snapshot ]; then snapshot; next_snapshot=$((SECONDS + every)); fi
         sleep 5
     done
     snapshot
