@@ -9,12 +9,18 @@ requests/s with period ``--period`` seconds, for ``--minutes``. The request mix
 ``n=2`` parallel sampling, temperature 0.8 with penalties, stop token ids,
 a client that disconnects mid-stream, and ``/abort_request`` by request id.
 
-Every ``--sample-every`` seconds it records the GPU memory the server's processes hold
-(``nvidia-smi``; other jobs on the GPU do not count) and the KV
-tokens in use (``sglang:num_used_tokens`` from ``/metrics``). At the end
+Before the clock starts it sends one request of each kind, one after another, and
+times them: a kind's first request may pay a one-time cost (a kernel compiled on
+first use) that would otherwise stall the soak's first minutes; that cost is
+reported as the warm-up. Every ``--sample-every`` seconds it records the GPU memory
+the server's processes hold (``nvidia-smi``; other jobs on the GPU do not count) and
+the KV tokens in use (``sglang:num_used_tokens`` from ``/metrics``). At the end
 it waits for the server to drain and reports, as JSON, a markdown table and a plot:
-requests per kind and outcome, errors, KV tokens in use at the start and at the
-end (they must match), GPU memory over time, and the mode counters.
+requests per kind and outcome, errors (with when they happened), how many requests
+the server itself received and answered otherwise than 200 (its
+``sglang:http_requests_total`` / ``http_responses_total``), the longest time with
+requests in flight and none finishing, KV tokens in use at the start and at the end
+(they must match), GPU memory over time, and the mode counters.
 
 usage (GPU host, after ``source .gpu-bundle/gpu/setup-host.sh``):
   python benchmark/soak.py --minutes 20 --out $OUT/soak
@@ -54,6 +60,8 @@ KINDS = ("greedy", "logprobs", "one-token", "parallel-2", "sampled-penalties", "
 MIX = {"logprobs": 0.08, "one-token": 0.05, "parallel-2": 0.05, "sampled-penalties": 0.1,
        "stop-ids": 0.05, "disconnect": 0.04, "abort-request": 0.03}
 STRICT_ENV = {"SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY": "1"}
+# Warmed up before the clock: the kinds that complete (the abort kinds only cut them short).
+WARM_KINDS = tuple(k for k in KINDS if k not in ("disconnect", "abort-request"))
 
 
 def rate_at(t: float, low: float, high: float, period: float) -> float:
@@ -103,6 +111,29 @@ def make_request(kind: str, rng: random.Random, vocab: int, in_len=(16, 512), ou
     return req
 
 
+def generate_calls(metrics_text: str) -> tuple[float | None, float | None]:
+    """(``/generate`` requests the server received, its ``/generate`` responses other
+    than 200) from a ``/metrics`` scrape: what reached the server, whatever the client saw."""
+    received = metric_value(metrics_text, "sglang:http_requests_total", endpoint="/generate")
+    answered = metric_value(metrics_text, "sglang:http_responses_total", endpoint="/generate")
+    ok = metric_value(metrics_text, "sglang:http_responses_total", endpoint="/generate", status_code="200")
+    return received, None if answered is None else answered - (ok or 0)
+
+
+def longest_stall(spans: list[tuple[float, float]]) -> float:
+    """The longest time during which requests were in flight and none finished, from
+    (sent, ended) spans: a stalled scheduler shows here, an idle one does not."""
+    stretches: list[list] = []  # [first send, last end, ends]: times something was in flight
+    for sent, ended in sorted(spans):
+        if not stretches or sent > stretches[-1][1]:
+            stretches.append([sent, ended, [ended]])
+        else:
+            stretches[-1][1] = max(stretches[-1][1], ended)
+            stretches[-1][2].append(ended)
+    gaps = (b - a for start, _, ends in stretches for a, b in zip([start, *sorted(ends)], sorted(ends)))
+    return max(gaps, default=0.0)
+
+
 def kv_tokens_in_use(metrics_text: str) -> int | None:
     """KV tokens in use from a ``/metrics`` scrape (summed over its label sets)."""
     found = metric_value(metrics_text, "sglang:num_used_tokens")
@@ -137,15 +168,17 @@ def _pgid(pid: int) -> int | None:
 
 
 async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict], timeout: float,
-                on_tick=None, tick_s: float = 5.0) -> list[tuple[str, str]]:
-    """Send each request at its time; returns (kind, outcome) per request."""
-    outcomes: list[tuple[str, str]] = []
+                on_tick=None, tick_s: float = 5.0) -> list[tuple[str, str, float, float]]:
+    """Send each request at its time; returns (kind, outcome, sent, ended) per request,
+    times in seconds from the start."""
+    outcomes: list[tuple[str, str, float, float]] = []
     rng = random.Random(1)
     async with client_session(timeout) as s:
         t0 = time.monotonic()
 
         async def one(at, kind, req):
             await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
+            sent = time.monotonic() - t0
             try:
                 if kind == "disconnect":  # or "finished before the disconnect": short requests may
                     outcome = await disconnect_midstream(s, url, req, chunks=rng.randint(1, 50))
@@ -158,7 +191,7 @@ async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict]
                     outcome = "ok" if rec.error is None else f"error: {rec.error}"
             except Exception as e:  # counted, with the first ones listed in the summary
                 outcome = f"error: {type(e).__name__}: {e}"[:200]
-            outcomes.append((kind, outcome))
+            outcomes.append((kind, outcome, round(sent, 3), round(time.monotonic() - t0, 3)))
 
         async def ticker():
             while True:
@@ -172,14 +205,32 @@ async def drive(url: str, times: list[float], kinds: list[str], reqs: list[dict]
     return outcomes
 
 
-def summarize(outcomes, samples, kv_start, kv_end, mode_line) -> dict:
-    by_kind = Counter(kind for kind, _ in outcomes)
-    by_outcome = Counter(o if not o.startswith("error") else "error" for _, o in outcomes)
-    errors = [f"{k}: {o}" for k, o in outcomes if o.startswith("error")]
+async def warm_up(url: str, reqs: dict[str, dict], timeout: float) -> dict[str, float | str]:
+    """Each request in turn; seconds each took, or its error."""
+    took: dict[str, float | str] = {}
+    async with client_session(timeout) as s:
+        for kind, req in reqs.items():
+            t = time.monotonic()
+            rec = await _one(s, url, req)
+            took[kind] = round(time.monotonic() - t, 2) if rec.error is None else f"error: {rec.error}"
+    return took
+
+
+def summarize(outcomes, samples, kv_start, kv_end, mode_line, server_calls=(None, None),
+              warmup=None) -> dict:
+    """``server_calls``: the (received, answered otherwise than 200) ``/generate`` counts
+    of the server over the run, from ``generate_calls`` before and after."""
+    by_kind = Counter(kind for kind, *_ in outcomes)
+    by_outcome = Counter(o if not o.startswith("error") else "error" for _, o, *_ in outcomes)
+    errors = [f"{sent:.0f} s {k}: {o}" for k, o, sent, _ in outcomes if o.startswith("error")]
     memory = [m for _, m, _ in samples if m]
+    received, not_ok = server_calls
     return {
         "requests": len(outcomes), "by_kind": dict(by_kind), "by_outcome": dict(by_outcome),
-        "errors": len(errors), "first_errors": errors[:10],
+        "errors": len(errors), "first_errors": errors[:20],
+        "server_received": received, "server_not_200": not_ok,
+        "longest_stall_s": round(longest_stall([(a, b) for *_, a, b in outcomes]), 1),
+        "warmup_s": warmup or {},
         "kv_tokens_start": kv_start, "kv_tokens_end": kv_end,
         "kv_leak": None if kv_start is None or kv_end is None else kv_end - kv_start,
         "gpu_memory_mib_first": memory[0] if memory else None,
@@ -190,7 +241,12 @@ def summarize(outcomes, samples, kv_start, kv_end, mode_line) -> dict:
 
 
 def markdown(summary: dict) -> str:
+    warm = ", ".join(f"{k} {v}" for k, v in summary["warmup_s"].items()) or "-"
     rows = [("requests sent", summary["requests"]), ("errors", summary["errors"]),
+            ("requests the server received (its /metrics)", summary["server_received"]),
+            ("server answers other than 200", summary["server_not_200"]),
+            ("longest time with requests in flight and none finishing (s)", summary["longest_stall_s"]),
+            ("warm-up before the clock, first request per kind (s)", warm),
             *((f"outcome: {k}", v) for k, v in sorted(summary["by_outcome"].items())),
             *((f"kind: {k}", v) for k, v in sorted(summary["by_kind"].items())),
             ("KV tokens in use at start / end", f"{summary['kv_tokens_start']} / {summary['kv_tokens_end']}"),
@@ -229,9 +285,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--minutes", type=float, default=20.0)
     p.add_argument("--low", type=float, default=1.0, help="requests/s at the trough")
-    # 40/s overloaded the dummy 8B server on one H200 (it served about 28/s of this mix, queue up
-    # to 2,471, benchmark/results/2026-12-01-h200-mla-soak): 20/s crosses the threshold without
-    # parking the batch at its maximum for minutes.
+    # 20/s crosses the threshold of 16 and still lets the dummy 8B server on one H200
+    # drain between peaks (benchmark/results/2026-12-01-h200-soak-20min).
     p.add_argument("--high", type=float, default=20.0, help="requests/s at the peak")
     p.add_argument("--period", type=float, default=240.0, help="seconds from trough to trough")
     p.add_argument("--policy", choices=("threshold", "goodput"), default="threshold")
@@ -279,25 +334,33 @@ def main(argv=None) -> int:
     server_pgid = server.proc.pid if getattr(server, "proc", None) else None
     try:
         time.sleep(2)
-        kv_start = kv_tokens_in_use(scrape(server.url))
+        warmup = asyncio.run(warm_up(server.url, {k: make_request(k, rng, vocab=32000) for k in WARM_KINDS},
+                                     timeout=1200))
+        print(f"warm-up (s): {warmup}", flush=True)
+        before = scrape(server.url)
+        kv_start = kv_tokens_in_use(before)
         outcomes = asyncio.run(drive(server.url, times, kinds, reqs, timeout=60 * args.minutes + 600,
                                      on_tick=on_tick, tick_s=args.sample_every))
         server.settle(quiet=3.0, limit=60.0)
         time.sleep(5)  # the gauges refresh on the scheduler's next report
         final_metrics = scrape(server.url)
         kv_end = kv_tokens_in_use(final_metrics)
+        calls = [(after - first) if None not in (after, first) else None
+                 for after, first in zip(generate_calls(final_metrics), generate_calls(before))]
         (out / "metrics.txt").write_text(final_metrics)  # the adaptive series beside SGLang's
         log = server.log_text()
         mode = re.findall(r"AdaptiveEAGLE (decode batches: .*)", log)
     finally:
         server.stop()
-    summary = summarize(outcomes, samples, kv_start, kv_end, mode[-1] if mode else None)
+    summary = summarize(outcomes, samples, kv_start, kv_end, mode[-1] if mode else None,
+                        server_calls=tuple(calls), warmup=warmup)
     (out / "soak.json").write_text(json.dumps({"args": vars(args), **summary}, indent=1))
     (out / "soak.md").write_text(markdown(summary))
     plot(summary, out / "soak.png")
     print(markdown(summary))
     leaked = summary["kv_leak"] not in (0, None)
-    return 1 if summary["errors"] or leaked else 0
+    warm_failed = any(isinstance(v, str) for v in warmup.values())
+    return 1 if summary["errors"] or leaked or summary["server_not_200"] or warm_failed else 0
 
 
 if __name__ == "__main__":

@@ -173,11 +173,26 @@ def make_requests(n: int, seed: int = 0, vocab: int = 32000, in_range=(8, 600),
     return reqs
 
 
-def client_session(timeout: float) -> aiohttp.ClientSession:
+# SGLang's HTTP server closes a connection idle for SGLANG_TIMEOUT_KEEP_ALIVE seconds;
+# aiohttp keeps idle ones 15 s, so a request sent on one just as the server closes it
+# fails before reaching the server (ServerDisconnectedError or "Can not write request
+# body"). Our client drops idle connections at half the server's figure instead.
+SERVER_KEEP_ALIVE_ENV = "SGLANG_TIMEOUT_KEEP_ALIVE"
+SERVER_KEEP_ALIVE_DEFAULT_S = 5
+
+
+def client_keepalive_s() -> float:
+    """Seconds an idle client connection is kept: half the server's keep-alive, read
+    from the same environment variable the server reads."""
+    return int(os.environ.get(SERVER_KEEP_ALIVE_ENV, SERVER_KEEP_ALIVE_DEFAULT_S)) / 2
+
+
+def client_session(timeout: float, keepalive_s: float | None = None) -> aiohttp.ClientSession:
     # aiohttp caps a session at 100 connections by default; a concurrency above that
     # would silently run as 100.
+    keepalive = client_keepalive_s() if keepalive_s is None else keepalive_s
     return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout),
-                                 connector=aiohttp.TCPConnector(limit=0))
+                                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=keepalive))
 
 
 async def post_generate(session: aiohttp.ClientSession, url: str, req: dict):

@@ -77,6 +77,9 @@ SYMBOLS: dict[str, str] = {
     "ReqToTokenPool": "sglang.srt.mem_cache.memory_pool.ReqToTokenPool",
     "BasePrefixCache": "sglang.srt.mem_cache.base_prefix_cache.BasePrefixCache",
     "BaseTokenToKVPoolAllocator": "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator",
+    # The HTTP server's idle keep-alive (SGLANG_TIMEOUT_KEEP_ALIVE); the load clients in
+    # testing.py close idle connections before it does.
+    "envs": "sglang.srt.environ.envs",
 }
 
 # Attributes of upstream objects the worker reads or swaps; checked on the classes

@@ -55,15 +55,38 @@ def test_server_memory_sums_its_own_processes_only(monkeypatch):
 
 
 def test_summary_counts_outcomes_and_flags_a_leak():
-    outcomes = [("greedy", "ok"), ("disconnect", "disconnected"), ("abort-request", "aborted"),
-                ("greedy", "error: HTTP 500: boom")]
+    outcomes = [("greedy", "ok", 0.0, 1.0), ("disconnect", "disconnected", 0.5, 0.7),
+                ("abort-request", "aborted", 2.0, 2.5), ("greedy", "error: HTTP 500: boom", 61.4, 61.5)]
     samples = [(5.0, [1000, 1000], 0), (10.0, [1100, 1090], 512)]
-    s = soak.summarize(outcomes, samples, kv_start=0, kv_end=4, mode_line="decode batches: 9 (...)")
-    assert s["requests"] == 4 and s["errors"] == 1 and s["first_errors"] == ["greedy: error: HTTP 500: boom"]
+    s = soak.summarize(outcomes, samples, kv_start=0, kv_end=4, mode_line="decode batches: 9 (...)",
+                       server_calls=(3, 0), warmup={"greedy": 0.4, "sampled-penalties": 118.2})
+    assert s["requests"] == 4 and s["errors"] == 1 and s["first_errors"] == ["61 s greedy: error: HTTP 500: boom"]
     assert s["by_outcome"] == {"ok": 1, "disconnected": 1, "aborted": 1, "error": 1}
     assert s["kv_leak"] == 4 and s["gpu_memory_mib_max"] == 1100
+    assert s["server_received"] == 3 and s["server_not_200"] == 0 and s["longest_stall_s"] == 0.7
     table = soak.markdown(s)
     assert "| KV tokens in use at start / end | 0 / 4 |" in table and "| errors | 1 |" in table
+    assert "| requests the server received (its /metrics) | 3 |" in table
+    assert "| warm-up before the clock, first request per kind (s) | greedy 0.4, sampled-penalties 118.2 |" in table
+
+
+def test_longest_stall_counts_only_time_with_requests_in_flight():
+    assert soak.longest_stall([]) == 0.0
+    # Idle from 3 to 10 s is not a stall; from 12 to 130 s one request was in flight.
+    spans = [(0, 1), (0.5, 3), (10, 11), (10.2, 130), (11, 12)]
+    assert soak.longest_stall(spans) == 118
+    # The first completion of a busy stretch counts from its first send.
+    assert soak.longest_stall([(5, 50), (6, 51)]) == 45
+
+
+def test_server_side_generate_counts_come_from_its_http_metrics():
+    text = ('sglang:http_requests_total{endpoint="/generate",method="POST"} 12586.0\n'
+            'sglang:http_requests_total{endpoint="/metrics",method="GET"} 238.0\n'
+            'sglang:http_responses_total{endpoint="/generate",method="POST",status_code="200"} 12580.0\n'
+            'sglang:http_responses_total{endpoint="/generate",method="POST",status_code="400"} 6.0\n'
+            'sglang:http_responses_total{endpoint="/metrics",method="GET",status_code="500"} 1.0\n')
+    assert soak.generate_calls(text) == (12586, 6)
+    assert soak.generate_calls("") == (None, None)
 
 
 class FakeSGLang:
@@ -128,7 +151,11 @@ class FakeSGLang:
             return web.Response()
 
         async def metrics(request):
-            return web.Response(text='sglang:num_used_tokens{model_name="m",tp_rank="0"} 0.0\n')
+            n = len(self.seen)
+            return web.Response(text='sglang:num_used_tokens{model_name="m",tp_rank="0"} 0.0\n'
+                                f'sglang:http_requests_total{{endpoint="/generate",method="POST"}} {n}\n'
+                                'sglang:http_responses_total{endpoint="/generate",method="POST",'
+                                f'status_code="200"}} {n}\n')
 
         app = web.Application()
         app.add_routes([web.post("/generate", generate), web.post("/abort_request", abort),
@@ -169,7 +196,14 @@ def test_soak_drives_every_kind_and_reports_against_a_fake_server(tmp_path, monk
     assert "--enable-metrics" in server.args and server.env["SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_BUSY"] == "1"
     assert server.args.count("--mem-fraction-static") == 1  # replaced, not added twice
     assert server.args[server.args.index("--mem-fraction-static") + 1] == "0.3"
-    assert summary["requests"] == len(server.seen) > 100  # one /generate per request, aborted ones too
+    # One /generate per request, aborted ones too, after one warm-up request per kind.
+    assert summary["requests"] == len(server.seen) - len(soak.WARM_KINDS) > 100
+    assert summary["server_received"] == summary["requests"] and summary["server_not_200"] == 0
+    assert set(summary["warmup_s"]) == set(soak.WARM_KINDS)
+    assert all(isinstance(v, float) for v in summary["warmup_s"].values()), summary["warmup_s"]
+    assert [r["rid"].split("-")[1] for r in server.seen[:len(soak.WARM_KINDS)]] == [
+        k.split("-")[0] for k in soak.WARM_KINDS]
+    assert summary["longest_stall_s"] < 5
     assert set(summary["by_kind"]) == set(soak.KINDS), summary["by_kind"]
     assert summary["errors"] == 0 and summary["kv_leak"] == 0
     assert summary["by_outcome"].get("aborted", 0) > 0 and summary["by_outcome"].get("disconnected", 0) > 0

@@ -215,3 +215,66 @@ def test_abort_and_disconnect_clients_against_a_stand_in_server():
     assert cut == "disconnected" and finished == "finished before the disconnect"
     assert aborted_status == "200 abort"
     assert plain["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_client_keepalive_sits_below_sglangs_server_keepalive(monkeypatch):
+    from sglang_adaptive.upstream import sglang_symbols
+
+    server_default = getattr(type(sglang_symbols.envs), testing.SERVER_KEEP_ALIVE_ENV).default
+    assert server_default == testing.SERVER_KEEP_ALIVE_DEFAULT_S
+    monkeypatch.delenv(testing.SERVER_KEEP_ALIVE_ENV, raising=False)
+    assert testing.client_keepalive_s() == server_default / 2
+    monkeypatch.setenv(testing.SERVER_KEEP_ALIVE_ENV, "8")
+    assert testing.client_keepalive_s() == 4
+
+
+def test_client_does_not_send_on_a_connection_the_server_closed(monkeypatch):
+    """uvicorn (SGLang's HTTP server) closes an idle connection after its keep-alive;
+    a client that keeps it longer sends the next request into the closed socket."""
+    import asyncio
+    import socket
+
+    import aiohttp
+    import uvicorn
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, timeout_keep_alive=1, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    monkeypatch.setenv(testing.SERVER_KEEP_ALIVE_ENV, "1")
+
+    async def two_requests(make_session):
+        async with make_session() as s:
+            await testing.post_generate(s, url, {})
+            # Blocks the loop past the server's keep-alive, so the close is not yet
+            # seen when the next request picks a pooled connection: the race, made certain.
+            time.sleep(1.5)
+            try:
+                await testing.post_generate(s, url, {})
+                return "ok"
+            except aiohttp.ClientError as e:
+                return type(e).__name__
+
+    try:
+        aiohttp_default = asyncio.run(two_requests(
+            lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))))
+        ours = asyncio.run(two_requests(lambda: testing.client_session(30)))
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert aiohttp_default != "ok"  # the setup reproduces the race
+    assert ours == "ok"
