@@ -34,7 +34,8 @@
 #        soakmla  one GPU: the soak (memory fraction 0.3) with trainmla and tinymla beside it
 #        soakquick  one GPU: the soak (memory fraction 0.3), and quick beside it once the soak's server holds its memory
 #        soak   benchmark/soak.py: 20 minutes of oscillating open-loop load, every request kind,
-#               aborts, strict memory check (longer than one wait: call wait again)
+#               aborts, strict memory check, after a warm-up request per kind (about 25 minutes
+#               with the server's start on a cold host: call wait three times)
 #        goodput  issue 13's sweep: dummy 8B pair at simulated acceptance 1.3, 2.5, 3.5, closed loop
 #               1-128 with 8 waves of requests, no-spec / static EAGLE-3 / threshold / goodput; on one
 #               GPU it outlasts a session's device time: narrow it with GOODPUT_ACCS (e.g. "2.5" or "1.3,3.5"),
