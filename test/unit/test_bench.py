@@ -48,6 +48,14 @@ def test_summary_of_records():
     assert s["ttft_p50_ms"] == pytest.approx(200.0) and s["ttft_p99_ms"] == pytest.approx(298.0)
     assert s["tpot_p50_ms"] == pytest.approx(15.0)  # (10 ms + 20 ms) / 2
     assert s["tokens_per_verify"] == pytest.approx(2.02)
+    assert s["latency_max_s"] == pytest.approx(2.3) and s["in_flight_s"] == pytest.approx(2.3)
+
+
+def test_in_flight_seconds_is_the_union_of_the_request_spans():
+    assert metrics.in_flight_seconds([]) == 0.0
+    # Two overlapping requests, an idle second, one more: 3 + 1 seconds in flight.
+    assert metrics.in_flight_seconds([(0, 2), (1, 3), (4, 5)]) == pytest.approx(4.0)
+    assert metrics.in_flight_seconds([(4, 5), (0, 3), (1, 2)]) == pytest.approx(4.0)
 
 
 def _stamp(t):

@@ -38,8 +38,22 @@ def json_validity(records) -> dict:
             "json_valid": sum(matches_json_schema(r.text) for r in constrained)}
 
 
+def in_flight_seconds(spans: list[tuple[float, float]]) -> float:
+    """Seconds during which at least one of the (start, end) spans was open."""
+    total, cur_start, cur_end = 0.0, None, None
+    for a, b in sorted(spans):
+        if cur_end is None or a > cur_end:
+            total += 0.0 if cur_end is None else cur_end - cur_start
+            cur_start, cur_end = a, b
+        else:
+            cur_end = max(cur_end, b)
+    return total + (0.0 if cur_end is None else cur_end - cur_start)
+
+
 def summarize(records, seconds: float) -> dict:
-    """Output tok/s over the whole point; TTFT, TPOT (ms) and latency (s) at p50/p99."""
+    """Output tok/s over the whole point; TTFT, TPOT (ms) and latency (s) at p50/p99;
+    the slowest request and the seconds with some request in flight, so time the point
+    spent outside any request (a straggler aside) shows as ``seconds`` minus that."""
     ok = [r for r in records if r.error is None and r.end is not None]
     tokens = sum(r.output_tokens for r in ok)
     ttft = [(r.first - r.start) * 1e3 for r in ok if r.first is not None]
@@ -56,6 +70,8 @@ def summarize(records, seconds: float) -> dict:
         "ttft_p50_ms": _r(percentile(ttft, 50)), "ttft_p99_ms": _r(percentile(ttft, 99)),
         "tpot_p50_ms": _r(percentile(tpot, 50)), "tpot_p99_ms": _r(percentile(tpot, 99)),
         "latency_p50_s": _r(percentile(e2e, 50), 3), "latency_p99_s": _r(percentile(e2e, 99), 3),
+        "latency_max_s": _r(max(e2e, default=None), 3),
+        "in_flight_s": _r(in_flight_seconds([(r.start, r.end) for r in records if r.end is not None]), 3),
         # Tokens per verify from the per-request counters. Where an adaptive server
         # ran plain batches their tokens have no verify; the caller drops the figure.
         "tokens_per_verify": _r(tokens / verifies, 3) if verifies else None,
