@@ -44,6 +44,7 @@ from pathlib import Path
 
 from sglang_adaptive.bench import configs
 from sglang_adaptive.bench.client import _one
+from sglang_adaptive.bench.metrics import busy_stretches
 from sglang_adaptive.testing import (
     Server,
     abort_by_rid,
@@ -123,14 +124,7 @@ def generate_calls(metrics_text: str) -> tuple[float | None, float | None]:
 def longest_stall(spans: list[tuple[float, float]]) -> float:
     """The longest time during which requests were in flight and none finished, from
     (sent, ended) spans: a stalled scheduler shows here, an idle one does not."""
-    stretches: list[list] = []  # [first send, last end, ends]: times something was in flight
-    for sent, ended in sorted(spans):
-        if not stretches or sent > stretches[-1][1]:
-            stretches.append([sent, ended, [ended]])
-        else:
-            stretches[-1][1] = max(stretches[-1][1], ended)
-            stretches[-1][2].append(ended)
-    gaps = (b - a for start, _, ends in stretches for a, b in zip([start, *sorted(ends)], sorted(ends)))
+    gaps = (y - x for start, _, ends in busy_stretches(spans) for x, y in zip([start, *ends], ends))
     return max(gaps, default=0.0)
 
 

@@ -38,16 +38,22 @@ def json_validity(records) -> dict:
             "json_valid": sum(matches_json_schema(r.text) for r in constrained)}
 
 
+def busy_stretches(spans: list[tuple[float, float]]) -> list[tuple[float, float, list[float]]]:
+    """(start, end) spans merged into the stretches during which at least one was open:
+    (first start, last end, the stretch's ends in order)."""
+    out: list[list] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+            out[-1][2].append(b)
+        else:
+            out.append([a, b, [b]])
+    return [(a, b, sorted(ends)) for a, b, ends in out]
+
+
 def in_flight_seconds(spans: list[tuple[float, float]]) -> float:
     """Seconds during which at least one of the (start, end) spans was open."""
-    total, cur_start, cur_end = 0.0, None, None
-    for a, b in sorted(spans):
-        if cur_end is None or a > cur_end:
-            total += 0.0 if cur_end is None else cur_end - cur_start
-            cur_start, cur_end = a, b
-        else:
-            cur_end = max(cur_end, b)
-    return total + (0.0 if cur_end is None else cur_end - cur_start)
+    return sum(b - a for a, b, _ in busy_stretches(spans))
 
 
 def summarize(records, seconds: float) -> dict:
