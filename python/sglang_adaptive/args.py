@@ -13,6 +13,8 @@ before any process or GPU memory is touched.
 from __future__ import annotations
 
 import argparse
+import contextvars
+import logging
 from typing import Any
 
 from sglang_adaptive.policy import (
@@ -20,13 +22,20 @@ from sglang_adaptive.policy import (
     KEEP_WARM_NONE,
     POLICY_ALTERNATE,
     POLICY_CHOICES,
+    POLICY_GOODPUT,
     POLICY_OFF,
     POLICY_THRESHOLD,
     PolicyConfig,
 )
 
+logger = logging.getLogger(__name__)
+
 ATTR = "_adaptive_spec"
 SUPPORTED_ALGORITHMS = ("EAGLE", "EAGLE3")
+# With this package installed, --speculative-algorithm EAGLE/EAGLE3 (as given, not
+# NEXTN, which SGLang maps to EAGLE for MTP drafts this package has not served) and
+# none of its flags switch per batch with this policy.
+DEFAULT_POLICY = POLICY_GOODPUT
 
 
 class ConfigError(ValueError):
@@ -57,7 +66,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "'goodput': per batch, the mode with the higher predicted output tokens/s, from "
         "step times measured while serving and the measured acceptance (no number to set); "
         "'alternate': testing only, switch every --speculative-switch-alternate-period "
-        "steps. Default: 'threshold' when a threshold is given, else 'off'.",
+        "steps. Default: 'threshold' when a threshold is given; else 'goodput' with "
+        "--speculative-algorithm EAGLE or EAGLE3, falling back to 'off' (with a warning) "
+        "where the policies cannot serve the server; else 'off'.",
     )
     group.add_argument(
         "--speculative-cost-table-path",
@@ -105,8 +116,16 @@ def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
         _fail(f"--speculative-disable-batch-threshold must be >= 0, got {threshold}.")
     if period is not None and period < 1:
         _fail(f"--speculative-switch-alternate-period must be >= 1, got {period}.")
+    implicit = False
     if policy is None:
-        policy = POLICY_THRESHOLD if threshold is not None else POLICY_OFF
+        algo = (getattr(ns, "speculative_algorithm", None) or "").upper()
+        if threshold is not None:
+            policy = POLICY_THRESHOLD
+        elif algo in SUPPORTED_ALGORITHMS:
+            # A flag of ours (table path, keep-warm) asks for switching: errors stop start-up.
+            policy, implicit = DEFAULT_POLICY, cost_table_path is None and keep_warm is None
+        else:
+            policy = POLICY_OFF
     if policy == POLICY_THRESHOLD and threshold is None:
         _fail("--speculative-switch-policy threshold needs --speculative-disable-batch-threshold N.")
     if policy != POLICY_THRESHOLD and threshold is not None:
@@ -122,9 +141,26 @@ def config_from_namespace(ns: argparse.Namespace) -> PolicyConfig:
         _fail(f"--speculative-draft-keep-warm must be one of {', '.join(KEEP_WARM_CHOICES)}, got {keep_warm}.")
 
     config = PolicyConfig(policy=policy, threshold=threshold, alternate_period=period or 1,
-                          cost_table_path=cost_table_path, keep_warm=keep_warm)
-    if config.enabled:
-        check_combination(ns, config)
+                          cost_table_path=cost_table_path, keep_warm=keep_warm, implicit=implicit)
+    return validated(config, lambda: check_combination(ns, config))
+
+
+def validated(config: PolicyConfig, *checks) -> PolicyConfig:
+    """``config`` if every check passes. A failing check stops start-up (ConfigError),
+    unless the policy was only the default: then the server runs upstream's worker, as
+    without this package, and says why once."""
+    if not config.enabled:
+        return config
+    try:
+        for check in checks:
+            check()
+    except ConfigError as err:
+        if not config.implicit:
+            raise
+        reason = str(err).removeprefix("sglang_adaptive: ")
+        logger.warning("sglang_adaptive: speculating on every batch as upstream does, since the default "
+                       "policy cannot serve this server: %s", reason)
+        return PolicyConfig()
     return config
 
 
@@ -207,27 +243,36 @@ class _WithFlags:
         self._server_args, self._flags = server_args, flags
 
     def __getattr__(self, name):
-        return self._flags.get(name) if name in FLAG_KWARGS else getattr(self._server_args, name)
+        if name in self._flags:
+            return self._flags[name]
+        return None if name in FLAG_KWARGS else getattr(self._server_args, name)
+
+
+# Set while from_cli_args builds its ServerArgs: it validates and attaches the config itself.
+_FROM_CLI = contextvars.ContextVar("sglang_adaptive_from_cli", default=False)
 
 
 def around_server_args_init(original, self, *args, **kwargs):
     # ServerArgs(**kwargs) (the Engine API) would reject our flags: they are not
     # dataclass fields. from_cli_args passes fields only and attaches its own config.
     flags = {name: kwargs.pop(name) for name in FLAG_KWARGS if name in kwargs}
+    # The algorithm as given: SGLang resolves NEXTN to EAGLE, which the default skips.
+    given = {k: kwargs[k] for k in ("speculative_algorithm",) if k in kwargs}
     original(self, *args, **kwargs)
-    if flags:
-        config = config_from_namespace(_WithFlags(self, flags))
-        if config.enabled:
-            check_model_family(self, config)
-        attach(self, config)
+    if _FROM_CLI.get():
+        return
+    config = config_from_namespace(_WithFlags(self, {**given, **flags}))
+    attach(self, validated(config, lambda: check_model_family(self, config)))
 
 
 def around_from_cli_args(original, cls, args, *rest, **kwargs):
     config = config_from_namespace(args)
-    server_args = original(cls, args, *rest, **kwargs)
-    if config.enabled:
-        # SGLang may have resolved topk / the algorithm alias (NEXTN -> EAGLE) since.
-        check_combination(server_args, config)
-        check_model_family(server_args, config)
-    attach(server_args, config)
+    token = _FROM_CLI.set(True)
+    try:
+        server_args = original(cls, args, *rest, **kwargs)
+    finally:
+        _FROM_CLI.reset(token)
+    # SGLang may have resolved topk / the algorithm alias (NEXTN -> EAGLE) since.
+    attach(server_args, validated(config, lambda: check_combination(server_args, config),
+                                  lambda: check_model_family(server_args, config)))
     return server_args

@@ -17,7 +17,7 @@ step-cost table rank 0 shares with every rank (``set_costs``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_adaptive import costs
 
@@ -301,6 +301,9 @@ class PolicyConfig:
     cost_table_path: str | None = None
     # None: 'kv' where the draft has a K/V writer, else 'none' (keepwarm.resolve).
     keep_warm: str | None = None
+    # Chosen by default (EAGLE/EAGLE3 and none of this package's flags), not asked
+    # for: a server it cannot serve falls back to upstream's worker, not to an error.
+    implicit: bool = field(default=False, compare=False)
 
     @property
     def enabled(self) -> bool:

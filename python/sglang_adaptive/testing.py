@@ -47,6 +47,11 @@ def without_flags(args, flags) -> list:
     return out
 
 
+# Static EAGLE-3, the reference: with this package installed EAGLE/EAGLE3 switch
+# modes by default (the goodput policy); upstream's worker needs the policy off.
+STATIC_ARGS = ("--speculative-switch-policy", "off")
+
+
 def eagle3_args(draft, steps: int = 3) -> list[str]:
     return [
         "--speculative-algorithm", "EAGLE3",

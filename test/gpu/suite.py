@@ -21,6 +21,7 @@ import pytest
 
 from sglang_adaptive.testing import (
     COMMON_ARGS,
+    STATIC_ARGS,
     STATS_RE,
     divergences,
     eagle3_args,
@@ -98,7 +99,7 @@ def configs(base: list[str], draft, labels=LABELS, env=None) -> dict:
     # differ from the adaptive runs only in the mode.
     table = {
         "plain": (base, env, 32),
-        "eagle3": (spec, env, 16),
+        "eagle3": (spec + list(STATIC_ARGS), env, 16),
         "alternate-1": (alternate(1), env, 16),
         "alternate-1-no-overlap": (alternate(1) + no_overlap, env, 16),
         "alternate-7": (alternate(7), env, 16),

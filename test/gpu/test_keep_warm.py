@@ -21,7 +21,7 @@ from suite import ENV32, FP32_ARGS, base_args, collect, configs
 from test_tiny_pair import PAIR, text_requests
 
 from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN
-from sglang_adaptive.testing import mismatching_requests
+from sglang_adaptive.testing import STATIC_ARGS, mismatching_requests, without_flags
 
 pytestmark = pytest.mark.gpu
 
@@ -68,8 +68,8 @@ def runs():
     base = base_args("--model-path", str(PAIR / "target"), "--max-total-tokens", "12000") + FP32_ARGS
     table = configs(base, PAIR / "eagle3", labels=("plain", "eagle3", "alternate-1", "alternate-7",
                                                     "threshold-8-ramp"), env=ENV32)
-    spec_args = table["eagle3"][0]
-    table["alternate-50"] = (spec_args + ["--speculative-switch-policy", "alternate",
+    spec_args = table["eagle3"][0]  # static: the policy off
+    table["alternate-50"] = (without_flags(spec_args, STATIC_ARGS[:1]) + ["--speculative-switch-policy", "alternate",
                                           "--speculative-switch-alternate-period", "50"], ENV32, 16)
     served = {"plain": table["plain"], "eagle3": table["eagle3"],
               # Static EAGLE-3 under threshold-8's ramp: its batches of at most 8 requests

@@ -1,6 +1,7 @@
 """Flags reach ServerArgs through SGLang's own parser; bad combinations stop start-up."""
 
 import copy
+import logging
 import pickle
 
 import pytest
@@ -15,7 +16,7 @@ from sglang_adaptive.policy import PolicyConfig
     [
         (eagle3_argv("--speculative-disable-batch-threshold", "-1"),
          "--speculative-disable-batch-threshold must be >= 0, got -1."),
-        (eagle3_argv("--speculative-cost-table-path", "/tmp/costs.json"),
+        (eagle3_argv("--speculative-switch-policy", "off", "--speculative-cost-table-path", "/tmp/costs.json"),
          "--speculative-cost-table-path needs a switching policy (--speculative-switch-policy)."),
         (["--device", "cpu", "--model-path", str(TARGET), "--speculative-disable-batch-threshold", "8"],
          "--speculative-switch-policy threshold needs --speculative-algorithm EAGLE or EAGLE3, got none."),
@@ -73,9 +74,53 @@ def test_goodput_policy_needs_no_number_and_keeps_its_table_path(parse):
     assert get_config(pickle.loads(pickle.dumps(server_args))).cost_table_path == "/tmp/costs.json"
 
 
-def test_no_flags_means_policy_off(parse):
-    assert not get_config(parse(eagle3_argv())).enabled
-    assert not get_config(parse(["--device", "cpu", "--model-path", str(TARGET)])).enabled
+def test_eagle_without_our_flags_switches_with_the_goodput_policy(parse):
+    default = get_config(parse(eagle3_argv()))
+    assert default == PolicyConfig("goodput") and default.implicit
+    assert get_config(pickle.loads(pickle.dumps(parse(eagle3_argv())))).implicit
+    eagle = [a if a != "EAGLE3" else "EAGLE" for a in eagle3_argv()]
+    assert get_config(parse(eagle)).policy == "goodput"
+    # A flag of ours asks for switching: no longer only the default.
+    asked = get_config(parse(eagle3_argv("--speculative-cost-table-path", "/tmp/costs.json")))
+    assert asked == PolicyConfig("goodput", cost_table_path="/tmp/costs.json") and not asked.implicit
+
+
+def test_policy_off_without_speculation_or_when_asked(parse):
+    assert get_config(parse(["--device", "cpu", "--model-path", str(TARGET)])) == PolicyConfig()
+    assert get_config(parse(eagle3_argv("--speculative-switch-policy", "off"))) == PolicyConfig()
+    # NEXTN (MTP drafts, which SGLang serves as EAGLE) keeps upstream's worker unless asked.
+    nextn = [a if a != "EAGLE3" else "NEXTN" for a in eagle3_argv()]
+    assert get_config(parse(nextn)) == PolicyConfig()
+
+
+@pytest.fixture()
+def args_log(caplog):
+    """Warnings of sglang_adaptive.args: SGLang's parser reconfigures the root logger
+    (where caplog listens), so listen on the module's own logger."""
+    logger = logging.getLogger("sglang_adaptive.args")
+    logger.addHandler(caplog.handler)
+    try:
+        yield lambda: [r.getMessage() for r in caplog.records if r.name == logger.name]
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
+@pytest.mark.parametrize("extra, reason", [
+    (("--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6"),
+     "--speculative-switch-policy goodput supports --speculative-eagle-topk 1 only (chain drafts), got 2."),
+    (("--speculative-adaptive",),
+     "--speculative-switch-policy goodput and upstream --speculative-adaptive both pick the step count "
+     "per batch; use one of them."),
+])
+def test_the_default_falls_back_to_upstream_where_it_cannot_serve(parse, args_log, extra, reason):
+    """Nobody asked for switching: the server starts as it would without this package."""
+    assert get_config(parse(eagle3_argv(*extra))) == PolicyConfig()
+    assert args_log() == [
+        "sglang_adaptive: speculating on every batch as upstream does, since the default policy "
+        "cannot serve this server: " + reason]
+    # Asked for: the same combination stops start-up.
+    with pytest.raises(ConfigError, match="supports --speculative-eagle-topk 1 only|both pick"):
+        parse(eagle3_argv("--speculative-switch-policy", "goodput", *extra))
 
 
 def test_server_args_built_without_cli_default_to_off():
@@ -135,6 +180,15 @@ def test_hybrid_model_is_refused_from_the_command_line(parse, family_configs):
         parse(argv)
 
 
+def test_the_default_falls_back_on_a_model_family_it_cannot_serve(parse, family_configs, args_log):
+    argv = eagle3_argv("--disable-radix-cache")
+    argv[argv.index("--model-path") + 1] = str(family_configs["hybrid"])
+    assert get_config(parse(argv)) == PolicyConfig()
+    assert args_log() == ["sglang_adaptive: speculating on every batch as upstream does, since the default "
+                          "policy cannot serve this server: --speculative-switch-policy goodput does not "
+                          "support hybrid linear-attention models (Qwen3NextForCausalLM) yet."]
+
+
 def test_return_hidden_states_is_refused_with_eagle_not_eagle3(parse):
     from types import SimpleNamespace as NS
 
@@ -173,7 +227,11 @@ def test_engine_keyword_arguments_carry_the_policy(plugins):
     alternate = ServerArgs(**engine_kwargs(speculative_switch_policy="alternate",
                                            speculative_switch_alternate_period=3))
     assert get_config(alternate) == PolicyConfig(policy="alternate", alternate_period=3)
-    assert get_config(ServerArgs(**engine_kwargs())) == PolicyConfig()
+    default = get_config(ServerArgs(**engine_kwargs()))
+    assert default == PolicyConfig(policy="goodput") and default.implicit
+    assert get_config(ServerArgs(**engine_kwargs(speculative_switch_policy="off"))) == PolicyConfig()
+    nextn = get_config(ServerArgs(**{**engine_kwargs(), "speculative_algorithm": "NEXTN"}))
+    assert nextn == PolicyConfig()
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -394,3 +394,19 @@ def test_structured_output_serves_xgrammar_with_the_tokenizer_and_plain_grammar_
     with pytest.raises(SystemExit):
         bench.parse_args(["--json-share", "0.1"])  # the dummy pair has no tokenizer
     assert bench.parse_args(["--pair", "tiny", "--json-share", "0.1"]).json_share == 0.1
+
+
+def test_each_configuration_runs_the_policy_its_label_names(parse):
+    """With this package installed EAGLE-3 switches by default: the static reference
+    must ask for upstream's worker, or every comparison would be goodput against goodput."""
+    from conftest import TARGET
+
+    from sglang_adaptive.args import get_config
+
+    expected = {"eagle3": "off", "adaptive-threshold": "threshold",
+                "adaptive-goodput": "goodput", "adaptive-never-plain": "threshold"}
+    pair = configs.dummy_pair(models=TARGET.parent)  # the repo's, also for a mutant's copy
+    for server in configs.server_configs(pair, labels=tuple(expected)):
+        argv = [*server.args, "--device", "cpu"]
+        argv[argv.index("--attention-backend") + 1] = "torch_native"
+        assert get_config(parse(argv)).policy == expected[server.label], server.label

@@ -27,7 +27,7 @@ def test_the_flag_reaches_the_config(parse):
 
 def test_the_flag_needs_a_switching_policy(parse):
     with pytest.raises(ConfigError, match="--speculative-draft-keep-warm needs a switching policy"):
-        parse(eagle3_argv("--speculative-draft-keep-warm", "kv"))
+        parse(eagle3_argv("--speculative-switch-policy", "off", "--speculative-draft-keep-warm", "kv"))
 
 
 def test_an_eagle_draft_cannot_be_kept_warm(parse):

@@ -197,7 +197,8 @@ def test_worker_choice(parse):
 
     algo = SpeculativeAlgorithm.EAGLE3
     on = parse(eagle3_argv("--speculative-disable-batch-threshold", "16"))
-    off = parse(eagle3_argv())
+    off = parse(eagle3_argv("--speculative-switch-policy", "off"))
+    assert algo.create_worker(parse(eagle3_argv())) is AdaptiveEAGLEWorker  # the default policy
     assert algo.create_worker(on) is AdaptiveEAGLEWorker
     assert issubclass(AdaptiveEAGLEWorker, EAGLEWorkerV2)
     assert algo.create_worker(off) is EAGLEWorkerV2

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_adaptive.testing import COMMON_ARGS, eagle3_args, without_flags
+from sglang_adaptive.testing import COMMON_ARGS, STATIC_ARGS, eagle3_args, without_flags
 
 REPO = Path(__file__).resolve().parents[3]
 MODELS = REPO / "benchmark" / "models"
@@ -115,8 +115,8 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
     spec = base + eagle3_args(pair.draft, steps)
     table = {
         "plain": (base, {}),
-        "eagle3": (spec, pair.spec_env),
-        "upstream-adaptive": (spec + ["--speculative-adaptive", "--speculative-adaptive-config",
+        "eagle3": (spec + list(STATIC_ARGS), pair.spec_env),
+        "upstream-adaptive": (spec + [*STATIC_ARGS, "--speculative-adaptive", "--speculative-adaptive-config",
                                       str(UPSTREAM_ADAPTIVE_CONFIG)], pair.spec_env),
         "adaptive-threshold": (spec + ["--speculative-disable-batch-threshold", str(threshold)],
                                pair.spec_env),
