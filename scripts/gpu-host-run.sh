@@ -42,7 +42,8 @@
 #               GOODPUT_CONFIGS, GOODPUT_RPC, GOODPUT_PHASES (e.g. 15:2,15:96,15:2)
 #        goodput1  issue 13's sweep on one GPU, most wanted first, 8 waves per point: 2.5 (no-spec, static
 #               EAGLE-3, goodput), 3.5 and 1.3 at 32-128 (EAGLE-3, goodput; no-spec does not depend on the
-#               simulated acceptance), the tiny pair at 1, 8, 64 with 16 waves, threshold at 2.5
+#               simulated acceptance), the tiny pair at 1, 8, 64 with 16 waves, threshold at 2.5;
+#               GOODPUT_ROUNDS=N serves each configuration N times in turn (medians and spread)
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
 #               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
@@ -169,7 +170,8 @@ if [ "$cmd" = start ]; then
                       done ;;
             goodput1) g1() {  # step name, bench arguments...: the sweep with 8 waves per point
                           step "$1" python -m sglang_adaptive.bench --closed "${G1_CLOSED:-1,2,4,8,16,32,64,128}" \
-                              --requests-per-client "${GOODPUT_RPC:-8}" --rates "" --phases "" --out "$W/$1" "${@:2}"
+                              --requests-per-client "${GOODPUT_RPC:-8}" --rounds "${GOODPUT_ROUNDS:-1}" --rates "" --phases "" \
+                              --out "$W/$1" "${@:2}"
                       }
                       g1 g1-2.5 --acc-len 2.5 --configs plain,eagle3,adaptive-goodput
                       g1 g1-3.5 --acc-len 3.5 --configs eagle3,adaptive-goodput

@@ -410,3 +410,33 @@ def test_each_configuration_runs_the_policy_its_label_names(parse):
         argv = [*server.args, "--device", "cpu"]
         argv[argv.index("--attention-backend") + 1] = "torch_native"
         assert get_config(parse(argv)).policy == expected[server.label], server.label
+
+
+def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path, capsys):
+    started = []
+
+    class FakeServer:
+        def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
+            self.label, self.url = label, fake.url
+
+        def start(self):
+            started.append(self.label)
+
+        def stop(self):
+            pass
+
+        def log_text(self):
+            return ""
+
+    rc = bench.main(["--configs", "plain,adaptive-goodput", "--rounds", "2", "--closed", "2", "--rates", "",
+                     "--phases", "", "--warmup", "0", "--out-len", "4", "--in-len", "3", "--out", str(tmp_path)],
+                    server_factory=FakeServer)
+    assert rc == 0
+    assert started == ["plain-round1", "adaptive-goodput-round1", "plain-round2", "adaptive-goodput-round2"]
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [(r["label"], r["round"]) for r in rows] == [("plain", 1), ("adaptive-goodput", 1),
+                                                        ("plain", 2), ("adaptive-goodput", 2)]
+    assert "over rounds" in (tmp_path / "report.md").read_text()
+    assert "[4/4 adaptive-goodput-round2] closed c=2" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--rounds", "0", "--dry-run"])

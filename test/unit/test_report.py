@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import pytest
+
 from sglang_adaptive.bench import report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,3 +61,21 @@ def test_tradeoff_curves_pair_total_and_per_request_speed_in_concurrency_order(t
     from PIL import Image
 
     assert Image.open(tmp_path / "t.png").mode == "P"  # 64 colours: committed plots stay small
+
+
+def test_rounds_report_medians_and_their_spread():
+    rows = [{"label": label, "workload": "closed", "concurrency": c, "output_tok_per_s": v, "tpot_p50_ms": 1e3 / v,
+             "round": r}
+            for label, c, vs in [("plain", 128, (100.0, 110.0, 104.0)), ("adaptive-goodput", 128, (99.0, 101.0, 103.0)),
+                                 ("plain", 1, (10.0,)), ("adaptive-goodput", 1, (20.0,))]
+            for r, v in enumerate(vs, 1)]
+    labels, table = report.pivot(rows)
+    assert table == {1: {"plain": 10.0, "adaptive-goodput": 20.0}, 128: {"plain": 104.0, "adaptive-goodput": 101.0}}
+    assert "| 128 | 104.0 | 101.0 | 0.97 (plain) |" in report.ratio_table(rows)
+    spread = report.spread_table(rows)
+    assert "| 128 | 10.0% (3) | 4.0% (3) |" in spread and "| 1 | - | - |" in spread
+    assert "spread of output tok/s over rounds" in report.markdown(rows)
+    (t1, p1, c1), (t128, p128, c128) = report.tradeoff_points(rows)["plain"]
+    assert (t1, c1, t128, c128) == (10.0, 1, 104.0, 128) and (p1, p128) == pytest.approx((10.0, 104.0))
+    single = [r for r in rows if r["round"] == 1]
+    assert report.spread_table(single) == "" and "over rounds" not in report.markdown(single)

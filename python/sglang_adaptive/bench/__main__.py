@@ -80,6 +80,11 @@ def parse_args(argv=None):
     p.add_argument("--open-seconds", type=float, default=8.0, help="open loop: requests = rate x this")
     p.add_argument("--phases", default="15:2,15:96,15:2",
                    help="time-varying load, SECONDS:CONCURRENCY,...; empty to skip")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="serve the configurations this many times in turn (a, b, a, b, ...), each time "
+                        "on a fresh server; rows carry `round`, the report shows medians and the "
+                        "spread (servers running the same mode at c=128 differed by up to 7%%: "
+                        "benchmark/results/2026-12-01-h200-goodput-8waves)")
     p.add_argument("--warmup", type=int, default=1,
                    help="unmeasured closed-loop passes at the largest load before measuring (0: none): "
                         "the first server on a fresh host compiles kernels for new prefill shapes "
@@ -99,6 +104,8 @@ def parse_args(argv=None):
         p.error("--json-share needs a pair with a tokenizer (--pair tiny or custom)")
     if not 0 <= a.json_share <= 1:
         p.error(f"--json-share must be within [0, 1], got {a.json_share}")
+    if a.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {a.rounds}")
     return a
 
 
@@ -191,7 +198,8 @@ def main(argv=None, server_factory=Server) -> int:
                                   grammar=a.json_share > 0)
     loads = workloads(a)
     out = Path(a.out)
-    print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points -> {out}", flush=True)
+    rounds = f" x {a.rounds} rounds" if a.rounds > 1 else ""
+    print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points{rounds} -> {out}", flush=True)
     for cfg in plan:
         print(f"  {cfg.label}: {cfg.command()}")
     for w in loads:
@@ -202,30 +210,36 @@ def main(argv=None, server_factory=Server) -> int:
     results = out / "results.jsonl"
     results.write_text("")
     rows, failed = [], []
-    for i, cfg in enumerate(plan, 1):
-        srv = server_factory(cfg.label, cfg.args, cfg.env, log_dir=out, port=a.port,
+    # Rounds interleave (a, b, a, b): a drift of the host over the run touches every
+    # configuration alike. Each server's log keeps its round in the name.
+    served = [(r, cfg) for r in range(1, a.rounds + 1) for cfg in plan]
+    for i, (rnd, cfg) in enumerate(served, 1):
+        name = cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}"
+        srv = server_factory(name, cfg.args, cfg.env, log_dir=out, port=a.port,
                              skip_tokenizer_init=not cfg.tokenizer)
         t0 = time.time()
         try:
             srv.start()
-            print(f"[{i}/{len(plan)} {cfg.label}] ready after {time.time() - t0:.0f} s", flush=True)
+            print(f"[{i}/{len(served)} {name}] ready after {time.time() - t0:.0f} s", flush=True)
             if a.warmup:
                 t1 = time.time()
                 warm_up(srv.url, a)
-                print(f"[{i}/{len(plan)} {cfg.label}] warmed up in {time.time() - t1:.0f} s", flush=True)
+                print(f"[{i}/{len(served)} {name}] warmed up in {time.time() - t1:.0f} s", flush=True)
             for j, w in enumerate(loads):
                 row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair, strategy=cfg.strategy)
+                if a.rounds > 1:
+                    row["round"] = rnd
                 rows.append(row)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 share = row.get("plain_share")
-                print(f"[{i}/{len(plan)} {cfg.label}] {describe(w)}: {row['output_tok_per_s']:.1f} tok/s, "
+                print(f"[{i}/{len(served)} {name}] {describe(w)}: {row['output_tok_per_s']:.1f} tok/s, "
                       f"TPOT p50 {row['tpot_p50_ms']} ms, TTFT p50 {row['ttft_p50_ms']} ms"
                       + (f", plain share {share:.0%}" if share is not None else "")
                       + (f", {row['errors']} errors" if row["errors"] else ""), flush=True)
         except Exception as e:  # one broken configuration does not lose the others
-            failed.append(cfg.label)
-            print(f"[{i}/{len(plan)} {cfg.label}] FAILED: {e}", file=sys.stderr, flush=True)
+            failed.append(name)
+            print(f"[{i}/{len(served)} {name}] FAILED: {e}", file=sys.stderr, flush=True)
         finally:
             srv.stop()
     for path in report.write(rows, out):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from statistics import median
 
 from sglang_adaptive.bench.configs import LABELS as ORDER, STATIC
 
@@ -32,14 +33,38 @@ def load_rows(path) -> list[dict]:
 
 def pivot(rows: list[dict], metric: str = "output_tok_per_s", key: str = "concurrency",
           workload: str = "closed") -> tuple[list[str], dict]:
-    """labels in display order, {load point: {label: value}}."""
+    """labels in display order, {load point: {label: value}}; the median where
+    several rows (rounds, ``--rounds``) measured one label at one point."""
+    labels, samples = _samples(rows, metric, key, workload)
+    return labels, {point: {label: median(v) for label, v in values.items()} for point, values in samples.items()}
+
+
+def _samples(rows, metric, key, workload) -> tuple[list[str], dict]:
     table: dict = {}
     for row in rows:
         if row.get("workload", "closed") == workload and row.get(metric) is not None and key in row:
-            table.setdefault(row[key], {})[row["label"]] = float(row[metric])
+            table.setdefault(row[key], {}).setdefault(row["label"], []).append(float(row[metric]))
     seen = {label for values in table.values() for label in values}
     labels = [label for label in ORDER if label in seen] + sorted(seen - set(ORDER))
     return labels, dict(sorted(table.items()))
+
+
+def spread_table(rows: list[dict], metric: str = "output_tok_per_s", key: str = "concurrency",
+                 workload: str = "closed") -> str:
+    """Per configuration and load point measured more than once: the largest value over
+    the smallest, less 1. A ratio between two configurations means little where it is
+    not well above this."""
+    labels, samples = _samples(rows, metric, key, workload)
+    if not any(len(v) > 1 for values in samples.values() for v in values.values()):
+        return ""
+    lines = ["| " + " | ".join([key, *labels]) + " |", "|" + "---:|" * (len(labels) + 1)]
+    for point, values in samples.items():
+        cells = [f"{point:g}"]
+        for label in labels:
+            v = values.get(label, [])
+            cells.append(f"{max(v) / min(v) - 1:.1%} ({len(v)})" if len(v) > 1 and min(v) > 0 else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def best_static(values: dict, lower_is_better: bool = False):
@@ -103,6 +128,10 @@ def markdown(rows: list[dict]) -> str:
         table = ratio_table(rows, **kwargs)
         if table:
             parts.append(f"### {title}\n\n{table}")
+    spread = spread_table(rows)
+    if spread:
+        parts.append("### Closed loop: spread of output tok/s over rounds (max / min - 1, rounds); "
+                     f"the tables above show medians\n\n{spread}")
     phased = phased_table(rows)
     if phased:
         parts.append(f"### Time-varying load (phases of concurrency)\n\n{phased}")
@@ -162,15 +191,16 @@ def plot_sweep(rows, metric: str, ylabel: str, path: Path, key: str = "concurren
 def tradeoff_points(rows, workload: str = "closed") -> dict[str, list[tuple[float, float, int]]]:
     """Per configuration, its load points as (total output tok/s, tok/s per request,
     concurrency), in concurrency order; per request from the row's own figure, else
-    from its median TPOT."""
-    out: dict[str, list] = {}
+    from its median TPOT; rounds of one point give their medians."""
+    out: dict[str, dict] = {}
     for r in rows:
         if r.get("workload", "closed") != workload or not r.get("output_tok_per_s"):
             continue
         per_request = r.get("per_request_tok_per_s") or (1e3 / r["tpot_p50_ms"] if r.get("tpot_p50_ms") else None)
         if per_request:
-            out.setdefault(r["label"], []).append((r["output_tok_per_s"], per_request, r["concurrency"]))
-    return {label: sorted(points, key=lambda p: p[2]) for label, points in out.items()}
+            out.setdefault(r["label"], {}).setdefault(r["concurrency"], []).append((r["output_tok_per_s"], per_request))
+    return {label: [(median(t for t, _ in pts), median(p for _, p in pts), c) for c, pts in sorted(by_c.items())]
+            for label, by_c in out.items()}
 
 
 def plot_tradeoff(rows, path: Path) -> bool:
