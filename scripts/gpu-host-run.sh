@@ -16,6 +16,8 @@
 #               threshold 5, closed loop at 1, 8, 32, 128 (run after k25: warm kernel caches)
 #        k25deep  k25bench on the 16-layer target (benchmark/models/k25-tp2-l16): a decode step long
 #               enough to hide the scheduler's host work, as on the users' 61 layers
+#        k25goodput  issue 13 on the K2.5 shape: the goodput policy alone on the 16-layer target at TP 2,
+#               c=1 and 128, beside k25deep's static rows of the same lease
 #        bench  python -m sglang_adaptive.bench with its defaults (the README's main job)
 #        stream the benchmark's streaming closed loop at 1 and 128 only: plain, static
 #               EAGLE-3 and adaptive (about 6 minutes)
@@ -146,6 +148,9 @@ if [ "$cmd" = start ]; then
             k25deep) step k25deep python -m sglang_adaptive.bench --pair k25 --k25-layers 16 --tp 2 --threshold 5 \
                         --configs plain,eagle3,adaptive-threshold --closed 1,8,32,128 --requests-per-client 2 \
                         --rates "" --phases "" --out "$W/k25deep" ;;
+            k25goodput) step k25goodput python -m sglang_adaptive.bench --pair k25 --k25-layers 16 --tp 2 \
+                        --configs adaptive-goodput --closed 1,128 --requests-per-client 4 --rates "" --phases "" \
+                        --out "$W/k25goodput" ;;
             bench) step bench python -m sglang_adaptive.bench --out "$W/bench" ;;
             soak) soak ;;
             grammar) gputest grammar 34000 test/gpu/test_grammar_plain.py ;;
