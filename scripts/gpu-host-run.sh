@@ -46,6 +46,9 @@
 #               EAGLE-3, goodput), 3.5 and 1.3 at 32-128 (EAGLE-3, goodput; no-spec does not depend on the
 #               simulated acceptance), the tiny pair at 1, 8, 64 with 16 waves, threshold at 2.5;
 #               GOODPUT_ROUNDS=N serves each configuration N times in turn (medians and spread)
+#        goodputr  issue 13's points that missed 0.98x in goodput1, two rounds each (a, b, a, b on fresh
+#               servers; medians and spread): 2.5 at 1, 32, 64, 128 (no-spec, static EAGLE-3, goodput),
+#               then goodput alone at 1.3 (32-128) and 3.5 (64, 128), against 2.5's no-spec rows
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
 #               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
@@ -184,6 +187,13 @@ if [ "$cmd" = start ]; then
                       G1_CLOSED=1,8,64 GOODPUT_RPC=16 g1 g1-tiny --pair tiny --in-len 64 --out-len 128 \
                           --configs plain,eagle3,adaptive-goodput
                       g1 g1-2.5-threshold --acc-len 2.5 --configs adaptive-threshold ;;
+            goodputr) gr() {  # step name, bench arguments...: two rounds, 8 waves per point
+                          step "$1" python -m sglang_adaptive.bench --requests-per-client 8 --rounds 2 \
+                              --rates "" --phases "" --out "$W/$1" "${@:2}"
+                      }
+                      gr gr-2.5 --acc-len 2.5 --closed 1,32,64,128 --configs plain,eagle3,adaptive-goodput
+                      gr gr-1.3 --acc-len 1.3 --closed 32,64,128 --configs adaptive-goodput
+                      gr gr-3.5 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
                       gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                           --phases 15:2,15:96,15:2 &

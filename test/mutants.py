@@ -59,7 +59,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_future_relay.py",),
            why="a plain batch would gather and stash back its draft extras: the host cost the skip removes"),
     Mutant("goodput-never-probes", "policy.py",
-           "if self._plain_run >= self.probe_interval(t_plain, t_spec):", "if False:",
+           "if could_pay and self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):", "if False:",
            (U + "test_goodput.py",),
            why="while plain, the acceptance estimate would never refresh: no way back to speculation"),
     Mutant("goodput-trusts-a-lucky-probe", "policy.py",
@@ -68,6 +68,22 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput_sim.py",),
            why="one probe that happened to accept more would start a speculative stretch where plain pays "
                "(8% of the steps at batch 1, acceptance 1.3, on the GPU)"),
+    Mutant("goodput-probes-where-speculation-cannot-pay", "policy.py",
+           "if could_pay and self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):",
+           "if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):",
+           (U + "test_goodput.py",),
+           why="8B pair at c=128: a probe every 400 steps costs a 5-plain-step speculative step "
+               "(1% of the time) where no acceptance could make speculation win"),
+    Mutant("goodput-probe-window-ignored", "policy.py",
+           "extra = max(extra, t_window / t_plain - 3.0)", "pass",
+           (U + "test_goodput.py",),
+           why="8B pair at batch 32: probes would cost 1.6% of the time, not 1%, their two switches "
+               "(0.7 plain steps) outside the budget"),
+    Mutant("goodput-probe-window-across-a-prefill", "controller.py",
+           "if None in iters or any(b - a != 1 for a, b in zip(iters, iters[1:])):", "if None in iters:",
+           (U + "test_goodput.py",),
+           why="a prefill inside a probe's window would be filed as the probe's cost and space "
+               "probes far beyond the budget"),
     Mutant("goodput-probes-ignore-their-cost", "policy.py",
            "return max(self.probe_every, math.ceil(extra / self.probe_budget))", "return self.probe_every",
            (U + "test_goodput.py",),

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
-from sglang_adaptive.costs import StepCosts
+from sglang_adaptive.costs import PLAIN, PROBE, SPEC, StepCosts
 from sglang_adaptive.policy import ModePolicy, plain_kv_reserve
 from sglang_adaptive.telemetry import NoTelemetry
 
@@ -198,6 +198,9 @@ class AdaptiveModeController(ModeController):
         # launched right before it, None after a prefill)
         self._last_prepare: tuple | None = None
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
+        # The last six prepares (time, speculative, batch size, forward_iter): a probe's
+        # window closes four prepares after it.
+        self._recent: deque = deque(maxlen=6)
         self._synced_buckets = 0
         self.telemetry = telemetry or NoTelemetry()
         self.recovery = RecoveryProfile()
@@ -255,6 +258,22 @@ class AdaptiveModeController(ModeController):
                 self._pending = (last[1], last[2], now - last[0])
         # The mode of the batch before this one, if it was the forward right before it.
         self._last_prepare = (now, speculative, batch_size, forward_iter, last[1] if clean else None)
+        self._recent.append((now, speculative, batch_size, forward_iter))
+        self._time_probe()
+
+    def _time_probe(self) -> None:
+        """File what a lone speculative step between plain ones cost: the intervals
+        from its prepare to the third after it hold (as above, one batch late) the GPU
+        steps of the plain batch before it, the probe and the plain batch after it. All
+        six prepares back to back (no prefill in between); the batch before the probe
+        and the two after it plain."""
+        r = self._recent
+        if len(r) < r.maxlen or not r[1][1] or r[0][1] or r[2][1] or r[3][1]:
+            return
+        iters = [e[3] for e in r]
+        if None in iters or any(b - a != 1 for a, b in zip(iters, iters[1:])):
+            return
+        self.costs.add_probe(r[1][2], r[4][0] - r[1][0])
 
     def sync(self) -> None:
         """Share rank 0's step-cost table with every rank and hand it to the policy.
@@ -291,7 +310,11 @@ def format_costs(table: dict) -> str:
 
 def write_cost_table(path: str, table: dict, policy: ModePolicy) -> None:
     """The table the policy decides with (and its acceptance, if it keeps one) as JSON."""
-    doc = {"seconds_per_step": {mode: {str(b): t for b, t in sorted(by.items())} for mode, by in table.items()},
+    def by_bucket(mode):
+        return {str(b): t for b, t in sorted(table.get(mode, {}).items())}
+    doc = {"seconds_per_step": {mode: by_bucket(mode) for mode in (PLAIN, SPEC)},
+           # A lone speculative step with the plain steps before and after it.
+           "seconds_per_probe_window": by_bucket(PROBE),
            "policy": policy.describe()}
     acceptance = getattr(policy, "acceptance", None)
     if acceptance is not None:

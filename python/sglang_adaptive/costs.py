@@ -8,6 +8,13 @@ the GPU or the scheduler's host work sets the pace: on a small model at TP 2 the
 host does (``benchmark/results/2026-11-30-h200x2-host-time``), and a cost table of
 graph replays alone would miss it.
 
+A third entry, ``probe``, holds what a lone speculative step between plain ones (the
+goodput policy's probe) costs with its transitions: the wall time of the three
+intervals that hold the plain step before it, the probe and the plain step after it
+(the keep-warm's draft pass that resumes the draft runs in the probe's, the switch
+back in the next). On the 8B pair at batch 32 that came to 1.8 plain steps more than
+three plain ones, where the speculative step alone costs 1.1 more.
+
 Each rank measures its own; the policy only ever sees the table rank 0 shared with
 every rank (``AdaptiveModeController.sync``), so all ranks decide alike.
 """
@@ -18,7 +25,7 @@ import bisect
 from collections import deque
 from statistics import median
 
-PLAIN, SPEC = "plain", "spec"
+PLAIN, SPEC, PROBE = "plain", "spec", "probe"
 WINDOW = 31  # samples kept per (mode, bucket); the median ignores the odd slow one
 MIN_SAMPLES = 4
 
@@ -36,11 +43,17 @@ class StepCosts:
         self._samples: dict[tuple[str, int], deque] = {}
 
     def add(self, speculative: bool, batch_size: int, seconds: float) -> None:
-        key = (SPEC if speculative else PLAIN, bucket(batch_size))
-        self._samples.setdefault(key, deque(maxlen=self.window)).append(seconds)
+        self._add(SPEC if speculative else PLAIN, batch_size, seconds)
+
+    def add_probe(self, batch_size: int, seconds: float) -> None:
+        """The three intervals around a lone speculative step (see the module doc)."""
+        self._add(PROBE, batch_size, seconds)
+
+    def _add(self, mode: str, batch_size: int, seconds: float) -> None:
+        self._samples.setdefault((mode, bucket(batch_size)), deque(maxlen=self.window)).append(seconds)
 
     def table(self) -> dict[str, dict[int, float]]:
-        out: dict[str, dict[int, float]] = {PLAIN: {}, SPEC: {}}
+        out: dict[str, dict[int, float]] = {PLAIN: {}, SPEC: {}, PROBE: {}}
         for (mode, b), samples in self._samples.items():
             if len(samples) >= self.min_samples:
                 out[mode][b] = median(samples)

@@ -192,7 +192,9 @@ class GoodputPolicy(ModePolicy):
     - while plain, one speculative step runs now and then, so the acceptance estimate
       stays fresh: after ``probe_every`` plain steps in a row, or more where a
       speculative step costs more, so that probes cost at most ``probe_budget`` (1%)
-      of the time (at batch 128 on the K2.5 shape, about one in 350 steps). A probe
+      of the time (at batch 128 on the K2.5 shape, about one in 350 steps), its switch
+      in and out counted where the table has measured it (``costs.PROBE``); none at a
+      batch size where speculation would lose even if every draft were accepted. A probe
       does not change the mode the policy is in, nor does a batch the controller
       made speculate against the policy's answer (grammar, with SGLANG_ADAPTIVE_PLAIN_GRAMMAR=0);
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
@@ -215,14 +217,14 @@ class GoodputPolicy(ModePolicy):
                  hysteresis: float = 0.05, half_life: float = 64.0):
         self.acceptance = AcceptanceEstimator(num_steps, half_life=half_life)
         self.probe_every, self.probe_budget, self.hysteresis = probe_every, probe_budget, hysteresis
-        self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}}
+        self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}, costs.PROBE: {}}
         self._launched = 0
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
         self._explored = 0  # exploration steps launched since the last sync they asked for
 
     def set_costs(self, table: dict) -> None:
-        self.costs = {costs.PLAIN: dict(table.get(costs.PLAIN, {})), costs.SPEC: dict(table.get(costs.SPEC, {}))}
+        self.costs = {mode: dict(table.get(mode, {})) for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}
 
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.acceptance.update(num_correct_drafts_per_req, self._launched)
@@ -249,10 +251,15 @@ class GoodputPolicy(ModePolicy):
     def _measured_near(by_bucket: dict, batch_size: int) -> bool:
         return any(batch_size / 2 <= b <= 2 * batch_size for b in by_bucket)
 
-    def probe_interval(self, t_plain: float, t_spec: float) -> int:
+    def probe_interval(self, t_plain: float, t_spec: float, t_window: float | None = None) -> int:
         """Plain steps between probes: a probe costs t_spec - t_plain more than the
-        plain step it replaces, which must stay within probe_budget of the time."""
+        plain step it replaces, or what its measured window (``t_window``: the probe
+        and a plain step either side) holds beyond three plain steps, if more: the
+        switches in and out of speculation cost too. That must stay within
+        probe_budget of the time."""
         extra = max(0.0, t_spec / t_plain - 1.0)
+        if t_window is not None:
+            extra = max(extra, t_window / t_plain - 3.0)
         return max(self.probe_every, math.ceil(extra / self.probe_budget))
 
     def _spec_measured_for(self, batch_size: int) -> bool:
@@ -279,7 +286,14 @@ class GoodputPolicy(ModePolicy):
         sure = expected - self.acceptance.standard_error()
         if sure / t_spec > plain * (1 + self.hysteresis):
             return True, "goodput"
-        if self._plain_run >= self.probe_interval(t_plain, t_spec):
+        # A probe only pays where its verify could change the answer: not where even
+        # every draft accepted (k + 1 tokens a step) would leave plain ahead (8B pair,
+        # batch 128: a speculative step costs 5 plain ones, k + 1 = 4). The plain run
+        # keeps counting, so the first batch small enough probes at once.
+        could_pay = (self.acceptance.k + 1) / t_spec > plain * (1 + self.hysteresis)
+        windows = self.costs[costs.PROBE]
+        t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
+        if could_pay and self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
             return True, "probe"
         return False, "goodput"
 
