@@ -49,6 +49,9 @@
 #        goodputr  issue 13's points that missed 0.98x in goodput1, two rounds each (a, b, a, b on fresh
 #               servers; medians and spread): 2.5 at 1, 32, 64, 128 (no-spec, static EAGLE-3, goodput),
 #               then goodput alone at 1.3 (32-128) and 3.5 (64, 128), against 2.5's no-spec rows
+#        goodputmid  issue 13 at c=32 and 64, where goodput missed 0.98x by 2-3% (2026-12-01-h200-goodput-rounds):
+#               no-spec and goodput at 2.5, then goodput at 1.3 with the kv keep-warm and with none
+#               (its share of the gap), two rounds each (about 14 minutes)
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
 #               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
@@ -194,6 +197,12 @@ if [ "$cmd" = start ]; then
                       gr gr-2.5 --acc-len 2.5 --closed 1,32,64,128 --configs plain,eagle3,adaptive-goodput
                       gr gr-1.3 --acc-len 1.3 --closed 32,64,128 --configs adaptive-goodput
                       gr gr-3.5 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
+            goodputmid) gr() {
+                          step "$1" python -m sglang_adaptive.bench --requests-per-client 8 --rounds 2 \
+                              --rates "" --phases "" --closed 32,64 --out "$W/$1" "${@:2}"
+                      }
+                      gr gm-2.5 --acc-len 2.5 --configs plain,adaptive-goodput
+                      gr gm-1.3 --acc-len 1.3 --configs adaptive-goodput --keep-warm kv,none ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
                       gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                           --phases 15:2,15:96,15:2 &

@@ -76,11 +76,26 @@ def test_plain_share_and_timeline_from_the_log():
     # Servers with several GPUs tag the prefix with the rank.
     tp_log = log.replace("] AdaptiveEAGLE", " TP0] AdaptiveEAGLE")
     assert metrics.mode_samples(tp_log) == samples
-    w = metrics.mode_window(samples, t0 + 4, t0 + 7)  # widened to whole seconds: 3 .. 8
+    w = metrics.mode_between(samples[:2], samples[:4])
     assert w == {"plain_share": 1.0, "switches": 1, "decode_batches": 60}
+    assert metrics.mode_between([], samples[:1]) == {"plain_share": 0.0, "switches": 0, "decode_batches": 10}
     tl = metrics.mode_timeline(samples, t0, 12, bin_s=4)
     assert tl == [[0.0, 0.0], [4.0, 1.0], [8.0, 0.0]]
-    assert metrics.mode_window([], 0, 1) == {}
+    assert metrics.mode_between([], []) == {}
+
+
+def test_a_point_counts_the_batches_logged_while_it_ran_not_those_of_its_first_second(monkeypatch):
+    """The warm-up's last batches (plain: exploring) and the point's first ones (all
+    speculative) share a one-second log stamp; the point ran no plain batch."""
+    t0 = float(int(time.time()))
+    warm = mode_log(t0, [(0, 0, 10, 0), (0, 40, 10, 1), (0, 47, 20, 2)])
+    point = mode_log(t0, [(0, 47, 30, 2), (10, 47, 1200, 2), (17, 47, 2470, 2)])
+    logs = iter([warm, warm + point])
+    monkeypatch.setattr(bench.client, "run", lambda url, w, reqs: ([], t0 + 0.5, 17.0))
+    monkeypatch.setattr(bench.metrics, "summarize", lambda records, seconds: {"output_tok_per_s": 1.0})
+    a = bench.parse_args(["--closed", "1", "--rates", "", "--phases", ""])
+    row = bench.measure("adaptive-goodput", "u", bench.workloads(a)[0], a, lambda: next(logs), 0)
+    assert (row["plain_share"], row["switches"], row["decode_batches"]) == (0.0, 0, 2450)
 
 
 # -- a fake SGLang /generate ------------------------------------------------------
@@ -207,8 +222,10 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys, monkeyp
         def log_text(self):
             if self.label != "adaptive-threshold":
                 return ""
-            t = int(self.t0)
-            return mode_log(t - 2, [(k, 5 * k, k, k // 10) for k in range(60)])  # one line a second
+            # The log grows between reads (the bench reads it before and after a point),
+            # 5 plain batches to 1 speculative.
+            self.reads = getattr(self, "reads", 0) + 1
+            return mode_log(int(self.t0) - 2, [(k, 5 * k, k, k // 10) for k in range(6 * self.reads)])
 
     before = len(fake.out_lens)
     rc = bench.main(["--pair", "dummy", "--closed", "1,4", "--rates", "50", "--open-seconds", "0.2",

@@ -170,6 +170,7 @@ def describe(w) -> str:
 
 def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None,
             strategy: str | None = None) -> dict:
+    before = metrics.mode_samples(log_text())
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
     if strategy is not None:
@@ -180,7 +181,7 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
     samples = metrics.mode_samples(log_text())
-    row.update(metrics.mode_window(samples, start, start + seconds))
+    row.update(metrics.mode_between(before, samples))
     if row.get("plain_share"):  # plain tokens count in the total but have no verify
         row["tokens_per_verify"] = None
     if isinstance(w, Phased):

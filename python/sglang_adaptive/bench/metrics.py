@@ -103,14 +103,19 @@ def _at(samples, t):
     return last
 
 
-def mode_window(samples, start: float, end: float) -> dict:
-    """Plain share of decode batches and switches between two wall-clock times.
+def mode_between(before, after) -> dict:
+    """Plain share of decode batches and switches between two reads of the log: the
+    counters logged last before a load point started and last after it ended.
 
-    Log stamps have one-second resolution; the window is widened to whole seconds.
-    Empty for servers that log no mode counters (static configurations)."""
-    if not samples:
+    Read by time instead, a one-second log stamp can put the batches of the second
+    before the point (the warm-up's) into it: the 8B sweep showed 1.3-1.8% plain at
+    c=1 for servers that ran every batch of that point speculatively. Counters are
+    logged every ``--decode-log-interval`` batches, so up to that many batches of
+    the previous point can still land in this one. Empty for servers that log no
+    mode counters (static configurations)."""
+    if not after:
         return {}
-    a, b = _at(samples, int(start) - 1), _at(samples, int(end) + 1)
+    a, b = before[-1] if before else (0.0, 0, 0, 0), after[-1]
     plain, spec = b[1] - a[1], b[2] - a[2]
     total = plain + spec
     return {"plain_share": round(plain / total, 4) if total else None,
