@@ -222,17 +222,24 @@ class GoodputPolicy(ModePolicy):
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
         self._explored = 0  # exploration steps launched since the last sync they asked for
+        # Answers by batch size for the current state: the scheduler asks three or four
+        # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
+        # step) each full answer (~5 us) counts. Emptied wherever the state moves.
+        self._answers: dict[int, tuple[bool, str]] = {}
 
     def set_costs(self, table: dict) -> None:
         self.costs = {mode: dict(table.get(mode, {})) for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}
+        self._answers.clear()
 
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.acceptance.update(num_correct_drafts_per_req, self._launched)
+        self._answers.clear()
 
     def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
         # The scheduler asked speculate(batch_size) for this batch just before, with
         # the same state: _decide tells why it answered as it did.
         decided, why = self._decide(batch_size)
+        self._answers.clear()
         self._launched += 1
         if speculative != decided or why == "probe":
             # Not the policy's mode: a probe, or a batch forced to speculate.
@@ -267,6 +274,12 @@ class GoodputPolicy(ModePolicy):
         return self._measured_near(spec, batch_size) and batch_size <= self.SPEC_REACH * max(spec)
 
     def _decide(self, batch_size: int) -> tuple[bool, str]:
+        answer = self._answers.get(batch_size)
+        if answer is None:
+            answer = self._answers[batch_size] = self._answer(batch_size)
+        return answer
+
+    def _answer(self, batch_size: int) -> tuple[bool, str]:
         if not self._spec_measured_for(batch_size):
             return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):

@@ -31,6 +31,14 @@ def feed(policy: GoodputPolicy, accepted: int, steps: int, batch: int = 4) -> No
         policy.on_verify([accepted] * batch)
 
 
+def put(policy: GoodputPolicy, **state) -> None:
+    """Set the policy's private state as a scenario needs it; its answers are kept
+    per state, so they go too."""
+    for name, value in state.items():
+        setattr(policy, name, value)
+    policy._answers.clear()
+
+
 def serve(policy: GoodputPolicy, batch: int, steps: int, accepted: int) -> int:
     """``steps`` decode batches as the policy decides them, each speculative one
     verified with ``accepted`` drafts per request; returns how many speculated."""
@@ -181,8 +189,9 @@ def test_no_probes_where_even_full_acceptance_would_lose_until_the_batch_shrinks
     # The load drops to batch 32 (9.0 ms against 3.4 ms), where speculation could pay:
     # the plain run is long past the interval, so a probe runs at once. (An estimate of
     # 1 token a step, so that the probe, not the estimate, starts speculation.)
-    p.acceptance = AcceptanceEstimator(K)
-    p.acceptance.update([0] * 32, step=p._launched)
+    low = AcceptanceEstimator(K)
+    low.update([0] * 32, step=p._launched)
+    put(p, acceptance=low)
     assert p._decide(32) == (True, "probe")
     # The bound counts the hysteresis, as leaving plain does: k + 1 tokens must beat
     # plain by 5%.
@@ -199,12 +208,12 @@ def test_hysteresis_keeps_the_current_mode_when_predictions_are_close():
     feed(p, accepted=2, steps=50)
     e = p.acceptance.expected_tokens()
     p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.03}))
-    p._speculating = False
+    put(p, _speculating=False)
     assert p.speculate(8) is False  # plain stays plain
-    p._speculating = True
+    put(p, _speculating=True)
     assert p.speculate(8) is True  # speculative stays speculative
     p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.10}))  # 10% better: switch
-    p._speculating = False
+    put(p, _speculating=False)
     assert p.speculate(8) is True
 
 
@@ -237,7 +246,7 @@ def test_an_unmeasured_large_batch_leans_plain_and_a_probe_does_not_hold_specula
     assert costs.lookup(SWEEP_8B[costs.SPEC], 72, above="proportional") == pytest.approx(0.02153 * 72 / 64)
     p.on_launch(False, 72)
     assert p.speculate(72) is False
-    p._plain_run = 10_000  # a probe is due
+    put(p, _plain_run=10_000)  # a probe is due
     assert p.speculate(72) is True
     p.on_launch(True, 72)
     p.on_verify([2] * 72)
@@ -255,7 +264,7 @@ def test_an_unmeasured_large_batch_leans_plain_and_a_probe_does_not_hold_specula
     e = p.acceptance.expected_tokens()
     p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.03}))
     assert p.speculate(8) is False
-    p._plain_run = 10_000
+    put(p, _plain_run=10_000)
     p.on_launch(p.speculate(8), 8)
     assert p.speculate(8) is False
 
@@ -267,7 +276,7 @@ def test_a_batch_forced_to_speculate_leaves_the_policy_plain():
     feed(p, accepted=2, steps=50, batch=16)
     e = p.acceptance.expected_tokens()
     p.set_costs(table(plain={16: 3.0}, spec={16: 3.0 * e / 1.03}))  # within the hysteresis
-    p._speculating = False  # in plain mode
+    put(p, _speculating=False)  # in plain mode
     assert p.speculate(16) is False
     p.on_launch(True, 16)  # forced
     assert p.speculate(16) is False and p._plain_run == 0
@@ -314,6 +323,24 @@ def test_answers_for_the_same_batch_agree_until_the_state_moves():
     feed(p, accepted=1, steps=30)
     for bs in (1, 5, 24, 77, 128):
         assert len({p.speculate(bs) for _ in range(5)}) == 1
+
+
+def test_answers_follow_every_verify_and_every_new_table():
+    """Answers are kept per batch size until the state moves; a verify result or a
+    shared table moves it, whether or not a batch was launched in between."""
+    p = GoodputPolicy(K)
+    p.set_costs(MEASURED)
+    feed(p, accepted=2, steps=50, batch=8)
+    assert p.speculate(8) is True
+    for _ in range(200):  # the draft stops matching; no launch in between
+        p.on_verify([0] * 8)
+    assert p.speculate(8) is False
+    p = GoodputPolicy(K)
+    p.set_costs(MEASURED)
+    feed(p, accepted=2, steps=50, batch=8)
+    assert p.speculate(8) is True
+    p.set_costs(table(plain={8: 2.8}, spec={8: 28.0}))  # speculation ten times dearer
+    assert p.speculate(8) is False
 
 
 def test_make_policy_builds_goodput_with_the_draft_step_count():
@@ -434,7 +461,7 @@ def test_a_measured_probe_window_spaces_the_probes_to_the_budget():
     assert probes >= 40 and overhead <= 0.0101, (probes, overhead)
     # The table far from this batch size says nothing about its probes.
     p.set_costs({costs.PLAIN: {32: t_plain}, costs.SPEC: {32: t_spec}, costs.PROBE: {128: 1.0}})
-    p._plain_run = 110
+    put(p, _plain_run=110)
     assert p._decide(32) == (True, "probe")
 
 
