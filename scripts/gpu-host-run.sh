@@ -106,6 +106,11 @@ if [ "$cmd" = start ]; then
             step "$name" env CUDA_VISIBLE_DEVICES="$gpu" python -m sglang_adaptive.bench --port "$port" \
                 --requests-per-client 2 --rates "" --phases "" --out "$W/$name" "$@"
         }
+        sweep() {  # step name, bench arguments...: one bench alone on the GPU, 8 waves per point
+            local name=$1; shift
+            step "$name" python -m sglang_adaptive.bench --requests-per-client "${GOODPUT_RPC:-8}" \
+                --rates "" --phases "" --out "$W/$name" "$@"
+        }
         gputest() {  # step name, port base, test file: one GPU test module on its own ports
             step "$1" env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE="$2" python -m pytest -m gpu "$3" -v \
                 -p no:cacheprovider
@@ -179,10 +184,8 @@ if [ "$cmd" = start ]; then
                             --closed 1,2,4,8,16,32,64,128 --requests-per-client "${GOODPUT_RPC:-8}" --rates "" \
                             --phases "${GOODPUT_PHASES:-}" --out "$W/goodput-$acc"
                       done ;;
-            goodput1) g1() {  # step name, bench arguments...: the sweep with 8 waves per point
-                          step "$1" python -m sglang_adaptive.bench --closed "${G1_CLOSED:-1,2,4,8,16,32,64,128}" \
-                              --requests-per-client "${GOODPUT_RPC:-8}" --rounds "${GOODPUT_ROUNDS:-1}" --rates "" --phases "" \
-                              --out "$W/$1" "${@:2}"
+            goodput1) g1() {
+                          sweep "$1" --closed "${G1_CLOSED:-1,2,4,8,16,32,64,128}" --rounds "${GOODPUT_ROUNDS:-1}" "${@:2}"
                       }
                       g1 g1-2.5 --acc-len 2.5 --configs plain,eagle3,adaptive-goodput
                       g1 g1-3.5 --acc-len 3.5 --configs eagle3,adaptive-goodput
@@ -190,19 +193,11 @@ if [ "$cmd" = start ]; then
                       G1_CLOSED=1,8,64 GOODPUT_RPC=16 g1 g1-tiny --pair tiny --in-len 64 --out-len 128 \
                           --configs plain,eagle3,adaptive-goodput
                       g1 g1-2.5-threshold --acc-len 2.5 --configs adaptive-threshold ;;
-            goodputr) gr() {  # step name, bench arguments...: two rounds, 8 waves per point
-                          step "$1" python -m sglang_adaptive.bench --requests-per-client 8 --rounds 2 \
-                              --rates "" --phases "" --out "$W/$1" "${@:2}"
-                      }
-                      gr gr-2.5 --acc-len 2.5 --closed 1,32,64,128 --configs plain,eagle3,adaptive-goodput
-                      gr gr-1.3 --acc-len 1.3 --closed 32,64,128 --configs adaptive-goodput
-                      gr gr-3.5 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
-            goodputmid) gr() {
-                          step "$1" python -m sglang_adaptive.bench --requests-per-client 8 --rounds 2 \
-                              --rates "" --phases "" --closed 32,64 --out "$W/$1" "${@:2}"
-                      }
-                      gr gm-2.5 --acc-len 2.5 --configs plain,adaptive-goodput
-                      gr gm-1.3 --acc-len 1.3 --configs adaptive-goodput --keep-warm kv,none ;;
+            goodputr) sweep gr-2.5 --rounds 2 --acc-len 2.5 --closed 1,32,64,128 --configs plain,eagle3,adaptive-goodput
+                      sweep gr-1.3 --rounds 2 --acc-len 1.3 --closed 32,64,128 --configs adaptive-goodput
+                      sweep gr-3.5 --rounds 2 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
+            goodputmid) sweep gm-2.5 --rounds 2 --acc-len 2.5 --closed 32,64 --configs plain,adaptive-goodput
+                      sweep gm-1.3 --rounds 2 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput --keep-warm kv,none ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
                       gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                           --phases 15:2,15:96,15:2 &

@@ -59,7 +59,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_future_relay.py",),
            why="a plain batch would gather and stash back its draft extras: the host cost the skip removes"),
     Mutant("goodput-never-probes", "policy.py",
-           "if could_pay and self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):", "if False:",
+           "if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):", "if False:",
            (U + "test_goodput.py",),
            why="while plain, the acceptance estimate would never refresh: no way back to speculation"),
     Mutant("goodput-trusts-a-lucky-probe", "policy.py",
@@ -69,8 +69,9 @@ MUTANTS: tuple[Mutant, ...] = (
            why="one probe that happened to accept more would start a speculative stretch where plain pays "
                "(8% of the steps at batch 1, acceptance 1.3, on the GPU)"),
     Mutant("goodput-probes-where-speculation-cannot-pay", "policy.py",
-           "if could_pay and self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):",
-           "if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):",
+           "        if (self.acceptance.k + 1) / t_spec <= plain * (1 + self.hysteresis):\n"
+           "            return False, \"goodput\"\n",
+           "",
            (U + "test_goodput.py",),
            why="8B pair at c=128: a probe every 400 steps costs a 5-plain-step speculative step "
                "(1% of the time) where no acceptance could make speculation win"),
@@ -80,7 +81,7 @@ MUTANTS: tuple[Mutant, ...] = (
            why="8B pair at batch 32: probes would cost 1.6% of the time, not 1%, their two switches "
                "(0.7 plain steps) outside the budget"),
     Mutant("goodput-probe-window-across-a-prefill", "controller.py",
-           "if None in iters or any(b - a != 1 for a, b in zip(iters, iters[1:])):", "if None in iters:",
+           "if all(back_to_back(a, b) for a, b in zip(r, list(r)[1:])):", "if True:",
            (U + "test_goodput.py",),
            why="a prefill inside a probe's window would be filed as the probe's cost and space "
                "probes far beyond the budget"),
@@ -105,11 +106,11 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="at high load a probe every 100 steps costs 3.5% of the time (speculative step = 4.5 plain)"),
     Mutant("goodput-files-dirty-intervals", "controller.py",
-           "clean = known and forward_iter - last[3] == 1", "clean = known",
+           "if pending is not None and back_to_back(last, now):", "if pending is not None:",
            (U + "test_goodput.py",),
            why="a step interval holding a prefill would be filed as a decode step's cost"),
     Mutant("goodput-files-intervals-across-a-switch", "controller.py",
-           "            if last[4] == last[1]:", "            if True:",
+           "back_to_back(r[-3], last) and r[-3][1] == last[1]:", "back_to_back(r[-3], last):",
            (U + "test_goodput.py",),
            why="a lone probe's interval holds the plain step before it: speculation would look as "
                "cheap as plain and win on the next sync"),
@@ -128,7 +129,7 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a speculative time extrapolated twice its measured range is never corrected: "
                "while plain only lone probes run, and their intervals are not filed"),
     Mutant("goodput-files-the-interval-after-a-prefill", "controller.py",
-           "last[1] if clean else None)", "last[1] if last else None)",
+           "if len(r) > 2 and back_to_back(r[-3], last) and", "if len(r) > 2 and",
            (U + "test_goodput.py",),
            why="every prefill would file one prefill-sized interval as a decode step"),
     Mutant("goodput-explores-without-sync", "policy.py",

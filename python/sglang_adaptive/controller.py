@@ -194,13 +194,10 @@ class AdaptiveModeController(ModeController):
         self.cost_table_path = cost_table_path
         self.writes_table = writes_table
         self.clock = clock
-        # (time, speculative, batch size, forward_iter, the mode of the decode batch
-        # launched right before it, None after a prefill)
-        self._last_prepare: tuple | None = None
-        self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
-        # The last six prepares (time, speculative, batch size, forward_iter): a probe's
-        # window closes four prepares after it.
+        # The last six decode prepares (time, speculative, batch size, forward_iter): a
+        # step's interval is filed two prepares after it, a probe's window five.
         self._recent: deque = deque(maxlen=6)
+        self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
         self._synced_buckets = 0
         self.telemetry = telemetry or NoTelemetry()
         self.recovery = RecoveryProfile()
@@ -245,20 +242,18 @@ class AdaptiveModeController(ModeController):
         larger step shows that another batch (a prefill) ran after the one before,
         i.e. inside the interval that ended at the previous prepare.
         """
-        now = self.clock()
-        last, pending = self._last_prepare, self._pending
-        self._pending = None
-        known = last is not None and forward_iter is not None and last[3] is not None
-        clean = known and forward_iter - last[3] == 1
-        if known:
-            if pending is not None and clean:
-                self.costs.add(*pending)
-                self.telemetry.on_step_time(pending[0], pending[2])
-            if last[4] == last[1]:
-                self._pending = (last[1], last[2], now - last[0])
-        # The mode of the batch before this one, if it was the forward right before it.
-        self._last_prepare = (now, speculative, batch_size, forward_iter, last[1] if clean else None)
-        self._recent.append((now, speculative, batch_size, forward_iter))
+        r = self._recent
+        r.append((self.clock(), speculative, batch_size, forward_iter))
+        pending, self._pending = self._pending, None
+        if len(r) < 2:
+            return
+        last, now = r[-2], r[-1]
+        if pending is not None and back_to_back(last, now):
+            self.costs.add(*pending)
+            self.telemetry.on_step_time(pending[0], pending[2])
+        # The batch before the last one launched right before it, in the same mode.
+        if len(r) > 2 and back_to_back(r[-3], last) and r[-3][1] == last[1]:
+            self._pending = (last[1], last[2], now[0] - last[0])
         self._time_probe()
 
     def _time_probe(self) -> None:
@@ -270,10 +265,8 @@ class AdaptiveModeController(ModeController):
         r = self._recent
         if len(r) < r.maxlen or not r[1][1] or r[0][1] or r[2][1] or r[3][1]:
             return
-        iters = [e[3] for e in r]
-        if None in iters or any(b - a != 1 for a, b in zip(iters, iters[1:])):
-            return
-        self.costs.add_probe(r[1][2], r[4][0] - r[1][0])
+        if all(back_to_back(a, b) for a, b in zip(r, list(r)[1:])):
+            self.costs.add_probe(r[1][2], r[4][0] - r[1][0])
 
     def sync(self) -> None:
         """Share rank 0's step-cost table with every rank and hand it to the policy.
@@ -301,6 +294,12 @@ class AdaptiveModeController(ModeController):
             return
         reserve = max((r.kv.kv_allocated_len - r.kv_committed_len for r in reqs), default=0)
         self.stats.max_plain_reserve = max(self.stats.max_plain_reserve, reserve)
+
+
+def back_to_back(first: tuple, second: tuple) -> bool:
+    """Whether two decode prepares (time, speculative, batch size, forward_iter) ran
+    with no other batch (a prefill) between them: the forward count moved by one."""
+    return first[3] is not None and second[3] is not None and second[3] - first[3] == 1
 
 
 def format_costs(table: dict) -> str:

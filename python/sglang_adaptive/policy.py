@@ -303,10 +303,11 @@ class GoodputPolicy(ModePolicy):
         # every draft accepted (k + 1 tokens a step) would leave plain ahead (8B pair,
         # batch 128: a speculative step costs 5 plain ones, k + 1 = 4). The plain run
         # keeps counting, so the first batch small enough probes at once.
-        could_pay = (self.acceptance.k + 1) / t_spec > plain * (1 + self.hysteresis)
+        if (self.acceptance.k + 1) / t_spec <= plain * (1 + self.hysteresis):
+            return False, "goodput"
         windows = self.costs[costs.PROBE]
         t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
-        if could_pay and self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
+        if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
             return True, "probe"
         return False, "goodput"
 
