@@ -50,8 +50,8 @@
 #               servers; medians and spread): 2.5 at 1, 32, 64, 128 (no-spec, static EAGLE-3, goodput),
 #               then goodput alone at 1.3 (32-128) and 3.5 (64, 128), against 2.5's no-spec rows
 #        goodputmid  issue 13 at c=32 and 64, where goodput missed 0.98x by 2-3% (2026-12-01-h200-goodput-rounds):
-#               no-spec and goodput at 2.5, then goodput at 1.3 with the kv keep-warm and with none
-#               (its share of the gap), two rounds each (about 14 minutes)
+#               no-spec and goodput at 2.5, two rounds, then goodput at 1.3, one (about 10 minutes;
+#               the keep-warm's share of the gap: kwside)
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
 #               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
@@ -62,6 +62,9 @@
 #        keepwarm  issue 14: the draft keep-warm GPU test on the tiny pair (fp32: tokens against
 #               no-spec, tokens per verify per strategy, recovery after 50-step plain stretches, the
 #               K/V check)
+#        kwside  the kv writer on its side stream: the keep-warm test's alternate-1 kv configurations
+#               (tokens, K/V check, unchecked kv's tokens per verify), then its cost always plain at
+#               c=32 and 64 (none, kv on the side stream; kv on the forward stream in kwsame; ~11 min)
 #        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
 #               c=1, 32, 128 (alone on the GPU); kwcost2: kv and none again at c=128, in that order
 #        checks side by side (tiny pair, correctness only): grammar, kinds, and the keep-warm test's
@@ -197,7 +200,7 @@ if [ "$cmd" = start ]; then
                       sweep gr-1.3 --rounds 2 --acc-len 1.3 --closed 32,64,128 --configs adaptive-goodput
                       sweep gr-3.5 --rounds 2 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
             goodputmid) sweep gm-2.5 --rounds 2 --acc-len 2.5 --closed 32,64 --configs plain,adaptive-goodput
-                      sweep gm-1.3 --rounds 2 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput --keep-warm kv,none ;;
+                      sweep gm-1.3 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
                       gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                           --phases 15:2,15:96,15:2 &
@@ -225,6 +228,15 @@ if [ "$cmd" = start ]; then
             kwcost) step kwcost python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
                         --keep-warm none,kv,full --closed 1,32,128 --requests-per-client 6 --rates "" --phases "" \
                         --out "$W/kwcost" ;;
+            kwside) step kwside-test env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 \
+                        ADAPTIVE_GPU_ONLY=plain,alternate-1-kv,alternate-1-unchecked-kv,alternate-1-no-overlap-kv \
+                        python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
+                        -k "greedy or writes_the or side_stream"
+                    kw=(--configs adaptive-threshold --threshold 0 --closed 32,64 --requests-per-client 6 \
+                        --rates "" --phases "")
+                    step kwside python -m sglang_adaptive.bench "${kw[@]}" --keep-warm none,kv --out "$W/kwside"
+                    step kwsame env SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 python -m sglang_adaptive.bench "${kw[@]}" \
+                        --keep-warm kv --out "$W/kwsame" ;;
             kwcost2) step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
                         --keep-warm kv,none --closed 128 --requests-per-client 6 --rates "" \
                         --phases "" --out "$W/kwcost2" ;;

@@ -25,6 +25,11 @@ calls, so the worker has no ``if enabled:``:
   ``prepare_for_draft_extend`` + an eager draft forward), whose top-k and hidden
   state ride on the plain result.
 
+Where the ``kv`` writer's graphs replay (``SameStream``, ``SideStream``): on a stream of
+their own by default, so a step's write overlaps the next target step instead of adding
+to it; everything else that touches the draft pool or the stash (a speculative step,
+a prefill, an eager write) first makes the forward stream wait for the writes in flight.
+
 The K/V writer knows the Llama EAGLE-3 draft (one layer) on an unquantized MHA pool.
 Any other draft (the MLA draft of Kimi K2.5, an FP8 or sliding-window draft pool)
 takes ``none`` by default (see ``resolve``) and refuses an explicit ``kv`` at start-up.
@@ -54,6 +59,9 @@ CHECK_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_CHECK"
 CHECK_LOG_PATTERN = (r"AdaptiveEAGLE keep-warm check: (\d+) plain steps, max \|kv - draft extend\| "
                      r"K ([\d.e+-]+) V ([\d.e+-]+), max \|K\| ([\d.e+-]+) \|V\| ([\d.e+-]+)")
 CHECK_LOG_EVERY = 20
+# "0" replays the writer's graphs on the forward stream, after the target step, as
+# before the side stream: a way back, and the measurement's other half.
+STREAM_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_STREAM"
 
 # Draft model classes the K/V writer knows, and the one pool class it writes.
 KV_DRAFT_CLASSES = ("LlamaForCausalLMEagle3",)
@@ -238,15 +246,64 @@ class KVCheck:
                 "max |K| %.3e |V| %.3e", self.steps, *self.max_diff, *self.max_abs)
 
 
+class SameStream:
+    """The writer's graphs replay on the forward stream, right after the target step
+    (and add to it): stream order is all the ordering needed."""
+
+    name = "forward stream"
+    depth = 1  # graph sets: one, its inputs are rewritten after its replay ran
+
+    def reuse(self, graphs) -> None:
+        """Before ``graphs``' static inputs are rewritten for a new step."""
+
+    def replay(self, graphs, graph) -> None:
+        graph.replay()
+
+    def fence(self) -> None:
+        """Before the forward stream reads or writes the draft pool or the stash."""
+
+
+class SideStream(SameStream):
+    """The writer's graphs replay on a stream of their own, after the step's sampling,
+    overlapping the next target step (both read weights; the writer's fill the target's
+    gaps). Two graph sets take turns, so a step's inputs never overwrite those the
+    previous step's write may still be reading. No host sync: only stream waits."""
+
+    name = "side stream"
+    depth = 2
+
+    def __init__(self, device):
+        self.stream = torch.cuda.Stream(device)
+        self.last = None  # the done event of the latest write not yet fenced
+
+    def reuse(self, graphs) -> None:
+        torch.cuda.current_stream().wait_event(graphs.done)
+
+    def replay(self, graphs, graph) -> None:
+        graphs.ready.record(torch.cuda.current_stream())
+        self.stream.wait_event(graphs.ready)
+        with torch.cuda.stream(self.stream):
+            graph.replay()
+        graphs.done.record(self.stream)
+        self.last = graphs.done
+
+    def fence(self) -> None:
+        if self.last is not None:  # the side stream runs in order: the latest covers all
+            torch.cuda.current_stream().wait_event(self.last)
+            self.last = None
+
+
 class WriterGraphs:
     """The K/V write and the stash of one plain step, captured per batch size over
     static inputs; padding rows write to the draft pool's padding slot 0 and the
     stash's dump row. Captured before serving, so those writes are harmless."""
 
-    def __init__(self, keep: KVKeepWarm, batch_sizes: list[int]):
+    def __init__(self, keep: KVKeepWarm, batch_sizes: list[int], pool):
         tic = time.perf_counter()
         free_before = torch.cuda.mem_get_info()[0]
         self.keep, self.batch_sizes = keep, batch_sizes
+        # The side stream's hand-over: inputs in place (ready), write done (done).
+        self.ready, self.done = torch.cuda.Event(), torch.cuda.Event()
         device, max_bs = keep.hidden.device, batch_sizes[-1]
         writer = keep.writer
         self.tokens = torch.zeros(max_bs, dtype=torch.int64, device=device)
@@ -255,7 +312,6 @@ class WriterGraphs:
         self.loc = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.slots = torch.full((max_bs,), keep.dump_slot, dtype=torch.int64, device=device)
         self.graphs = {}
-        pool = torch.cuda.graph_pool_handle()
         for bs in batch_sizes:  # warm-up: kernels compile on first use, not under capture
             self._body(bs)
         torch.cuda.synchronize()
@@ -283,11 +339,11 @@ class WriterGraphs:
         torch.sub(new_seq_lens, 1, out=self.positions[:n])
         self.loc[:n].copy_(loc)
 
-    def run(self, n, token_ids, aux):
+    def run(self, n, token_ids, aux, lane):
         """Replay for ``n`` requests; returns this step's positions and slots (views)."""
         self.tokens[:n].copy_(token_ids)
         self.aux[:n].copy_(aux)
-        self.graphs[self.bucket(n)].replay()
+        lane.replay(self, self.graphs[self.bucket(n)])
         return self.positions[:n], self.loc[:n]
 
 
@@ -331,21 +387,28 @@ class KVKeepWarm(NoKeepWarm):
         self.stash_bytes = self.hidden.numel() * self.hidden.element_size() + self.position.numel() * 8
         # A host flag, no sync: whether a plain step ran since the last spec step.
         self.pending = False
-        self.graphs: WriterGraphs | None = None
+        self.lane: SameStream = SameStream()
+        self.graph_sets: list[WriterGraphs] = []  # lane.depth sets, taking turns
+        self.turn = 0
 
-    def capture(self, batch_sizes) -> tuple[float, float]:
+    def capture(self, batch_sizes, lane: SameStream) -> tuple[float, float]:
         """CUDA graphs of the write and the stash for these batch sizes (the plain
-        set's). Returns (GiB, seconds). Eager launches cost the host ~12 kernel
-        launches per plain step, about 1% of a step at 128 requests on an 8B model."""
-        self.graphs = WriterGraphs(self, sorted(batch_sizes))
-        return self.graphs.memory_gib, self.graphs.seconds
+        set's), one set per turn of ``lane``. Returns (GiB, seconds). Eager launches
+        cost the host ~12 kernel launches per plain step, about 1% of a step at 128
+        requests on an 8B model."""
+        # One pool: the sets' replays never overlap (one stream, in order).
+        pool = torch.cuda.graph_pool_handle()
+        self.lane = lane
+        self.graph_sets = [WriterGraphs(self, sorted(batch_sizes), pool) for _ in range(lane.depth)]
+        return sum(g.memory_gib for g in self.graph_sets), sum(g.seconds for g in self.graph_sets)
 
     def describe_graphs(self) -> str:
-        g = self.graphs
-        if g is None:
+        if not self.graph_sets:
             return "eager"
-        return (f"graphs for batch sizes {g.batch_sizes[0]}-{g.batch_sizes[-1]}: "
-                f"mem={g.memory_gib:.3f} GB, time={g.seconds:.1f} s")
+        g = self.graph_sets[0]
+        return (f"graphs for batch sizes {g.batch_sizes[0]}-{g.batch_sizes[-1]} on the {self.lane.name} "
+                f"({len(self.graph_sets)} set(s)): mem={sum(s.memory_gib for s in self.graph_sets):.3f} GB, "
+                f"time={sum(s.seconds for s in self.graph_sets):.1f} s")
 
     def _write(self, token_ids, aux, positions, loc, slots):
         hidden = self.writer.write(token_ids, aux, positions, loc)
@@ -353,29 +416,37 @@ class KVKeepWarm(NoKeepWarm):
         self.position[slots] = positions
 
     def before_plain(self, batch, new_seq_lens, loc):
-        graphs = self.graphs
         n = new_seq_lens.shape[0]
-        if graphs is not None and graphs.bucket(n) is not None:
+        if self.graph_sets and self.graph_sets[0].bucket(n) is not None:
+            graphs = self.graph_sets[self.turn]
+            self.turn = (self.turn + 1) % len(self.graph_sets)
+            self.lane.reuse(graphs)
             graphs.load_indices(n, batch.req_pool_indices, new_seq_lens, loc)
-            return n
+            return graphs, n
         # Copied before the target graph's read-done event: the scheduler may rewrite
         # the batch's index tensors once the graph has read them.
-        return batch.req_pool_indices.clone(), new_seq_lens - 1, loc
+        return None, (batch.req_pool_indices.clone(), new_seq_lens - 1, loc)
 
     def after_plain(self, state, batch, result):
         token_ids, aux = result.next_token_ids, result.logits_output.hidden_states
-        if isinstance(state, int):
-            positions, loc = self.graphs.run(state, token_ids, aux)
+        graphs, arg = state
+        if graphs is not None:
+            positions, loc = graphs.run(arg, token_ids, aux, self.lane)
         else:
-            slots, positions, loc = state
+            # After the writes in flight: their stash rows are older than this step's.
+            self.lane.fence()
+            slots, positions, loc = arg
             self._write(token_ids.to(torch.int64), aux, positions, loc, slots)
         if self.check is not None:
+            self.lane.fence()
             ids = token_ids.to(torch.int64)
             self.check(lambda: self.draft_pass(batch, ids, aux, positions, batch.seq_lens_cpu, loc), loc)
         self.pending = True
         return None
 
     def before_spec(self, batch) -> None:
+        # The draft reads the pool the writes fill (and the pass below the stash).
+        self.lane.fence()
         info = batch.spec_info
         if not self.pending or info is None:  # None: an idle batch, upstream builds its input
             return
@@ -398,6 +469,9 @@ class KVKeepWarm(NoKeepWarm):
         self.position[slots] = -1
 
     def on_prefill(self, batch) -> None:
+        # The prefill's draft extend may write slots a write in flight still targets
+        # (freed by a finished request), and the stash row below.
+        self.lane.fence()
         # A slot's new request must not inherit its old request's pending position.
         self.position[batch.req_pool_indices] = -1
 
@@ -432,5 +506,6 @@ def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoK
     keep = KVKeepWarm(writer, draft_pass, eagle_worker.req_to_token_pool.req_to_token, eagle_worker.device,
                       check=os.environ.get(CHECK_ENV, "0") == "1")
     if batch_sizes and runner.tp_group.world_size == 1:
-        keep.capture(batch_sizes)
+        side = os.environ.get(STREAM_ENV, "1") != "0"
+        keep.capture(batch_sizes, SideStream(eagle_worker.device) if side else SameStream())
     return keep

@@ -169,12 +169,39 @@ class FakePass:
         return (torch.full((n, 1), 0.5), token_ids.view(n, 1) + 1000, hidden * 2, None)
 
 
-def kv_keep_warm(graphs=None):
+def kv_keep_warm(graphs=None, lane=None):
     req_to_token = torch.arange(8 * 64).reshape(8, 64)
     kw = keepwarm.KVKeepWarm(FakeWriter(), FakePass(), req_to_token, "cpu")
     if graphs:
-        kw.graphs = cpu_graphs(kw, graphs)
+        kw.lane = lane or keepwarm.SameStream()
+        kw.graph_sets = [cpu_graphs(kw, graphs) for _ in range(kw.lane.depth)]
     return kw, req_to_token
+
+
+class DeferredLane(keepwarm.SameStream):
+    """The side stream on CPU: a replay runs only when the forward stream waits for
+    it (``reuse`` of its set, or a fence), reading its set's inputs as they are then,
+    the way another stream's kernels run whenever they like until something waits."""
+
+    depth = 2
+
+    def __init__(self):
+        self.queue = []
+
+    def reuse(self, graphs):
+        last = max((i for i, (g, _) in enumerate(self.queue) if g is graphs), default=-1)
+        self._run(last + 1)
+
+    def replay(self, graphs, graph):
+        self.queue.append((graphs, graph))
+
+    def fence(self):
+        self._run(len(self.queue))
+
+    def _run(self, n):
+        done, self.queue = self.queue[:n], self.queue[n:]
+        for _, graph in done:
+            graph.replay()
 
 
 class Replay:
@@ -318,11 +345,20 @@ def test_graph_padding_rows_never_reach_an_earlier_steps_slots():
     assert kw.position[:8].tolist() == [-1, 5, 6, 7, 9, 10, -1, -1]
 
 
-@pytest.mark.parametrize("world_size, captured", [(1, [[1, 2, 4]]), (2, [])])
-def test_kv_captures_its_graphs_at_tp_1_only(llama_draft, monkeypatch, world_size, captured):
-    """Under TP the embedding all-reduces: capturing it needs SGLang's capture context."""
+@pytest.mark.parametrize("world_size, env, captured", [(1, None, [([1, 2, 4], "side")]),
+                                                        (1, "0", [([1, 2, 4], "forward stream")]),
+                                                        (2, None, [])])
+def test_kv_captures_its_graphs_at_tp_1_only(llama_draft, monkeypatch, world_size, env, captured):
+    """Under TP the embedding all-reduces: capturing it needs SGLang's capture context.
+    At TP 1 the graphs replay on a side stream unless the environment says 0."""
     calls = []
-    monkeypatch.setattr(keepwarm.KVKeepWarm, "capture", lambda self, sizes: calls.append(sizes))
+    monkeypatch.setattr(keepwarm.KVKeepWarm, "capture",
+                        lambda self, sizes, lane: calls.append((sizes, getattr(lane, "name", lane))))
+    monkeypatch.setattr(keepwarm, "SideStream", lambda device: "side")
+    if env is None:
+        monkeypatch.delenv(keepwarm.STREAM_ENV, raising=False)
+    else:
+        monkeypatch.setenv(keepwarm.STREAM_ENV, env)
     runner = NS(model=llama_draft, token_to_kv_pool=Pool(), tp_group=NS(world_size=world_size))
     monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
     worker = NS(_draft_worker=NS(draft_runner=runner), topk=1, device="cpu",
@@ -331,6 +367,115 @@ def test_kv_captures_its_graphs_at_tp_1_only(llama_draft, monkeypatch, world_siz
     assert kw.name == "kv" and calls == captured
     assert keepwarm.make_keep_warm("none", worker, [1]).name == "none"
     assert keepwarm.make_keep_warm("full", worker, [1]).name == "full"
+
+
+# -- the side stream: writes land late, ordering comes from the waits ---------------
+
+
+def test_the_side_stream_hands_over_through_events_only(monkeypatch):
+    """SideStream's CUDA calls, recorded: the replay waits for the step's inputs, runs on
+    its own stream, and the forward stream waits for it only where told (no host sync)."""
+    log = []
+
+    class Event:
+        def __init__(self, name):
+            self.name = name
+
+        def record(self, stream):
+            log.append(("record", self.name, stream.name))
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def wait_event(self, event):
+            log.append(("wait", self.name, event.name))
+
+    forward, current = Stream("forward"), []
+
+    class Ctx:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def __enter__(self):
+            current.append(self.stream)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("side"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: current[-1] if current else forward)
+    monkeypatch.setattr(torch.cuda, "stream", Ctx)
+    lane = keepwarm.SideStream("cuda")
+    sets = [NS(ready=Event(f"ready{i}"), done=Event(f"done{i}")) for i in range(2)]
+    graph = NS(replay=lambda: log.append(("replay", torch.cuda.current_stream().name)))
+    lane.fence()
+    assert log == [], "nothing in flight, nothing to wait for"
+    lane.reuse(sets[0])
+    lane.replay(sets[0], graph)
+    lane.replay(sets[1], graph)
+    lane.fence()
+    lane.fence()
+    assert log == [("wait", "forward", "done0"),
+                   ("record", "ready0", "forward"), ("wait", "side", "ready0"), ("replay", "side"),
+                   ("record", "done0", "side"),
+                   ("record", "ready1", "forward"), ("wait", "side", "ready1"), ("replay", "side"),
+                   ("record", "done1", "side"),
+                   ("wait", "forward", "done1")]
+
+
+def test_writes_on_the_side_stream_stay_in_flight_until_waited_for():
+    kw, req_to_token = kv_keep_warm([1, 4], DeferredLane())
+    plain_step(kw, [2], [10], [7])
+    plain_step(kw, [2], [11], [8])
+    assert kw.writer.calls == [], "two steps in flight: the sets take turns, nothing waits"
+    plain_step(kw, [5], [3], [9])  # set 0 again: its first write must read its own inputs first
+    assert len(kw.writer.calls) == 1
+    kw.lane.fence()
+    got = [(ids[:1], positions[:1], loc[:1]) for ids, positions, loc in kw.writer.calls]
+    assert got == [([7], [10], [req_to_token[2, 10].item()]), ([8], [11], [req_to_token[2, 11].item()]),
+                   ([9], [3], [req_to_token[5, 3].item()])]
+
+
+def test_the_speculative_step_waits_for_the_writes_in_flight():
+    kw, req_to_token = kv_keep_warm([1, 4], DeferredLane())
+    plain_step(kw, [2], [10], [7])
+    batch = spec_batch([2], [11], [7])
+    kw.before_spec(batch)
+    (call,) = kw.draft_pass.calls
+    assert call["loc"] == [req_to_token[2, 10].item()], "the pass found the last plain position stashed"
+    assert batch.spec_info.topk_index.tolist() == [[1007]]
+    assert kw.lane.queue == []
+
+
+def test_a_prefill_waits_before_it_clears_a_reused_slot():
+    kw, _ = kv_keep_warm([1, 4], DeferredLane())
+    plain_step(kw, [3], [20], [9])
+    kw.on_prefill(NS(req_pool_indices=torch.tensor([3])))
+    assert kw.lane.queue == [], "the prefill's draft extend may write slots the write targets"
+    batch = spec_batch([3], [21], [4])
+    kw.before_spec(batch)
+    assert batch.spec_info.topk_index.tolist() == [[-1]], "the old request's write landed after the clear"
+
+
+def test_an_eager_write_lands_after_the_graph_writes_before_it():
+    """A batch larger than the captured sizes writes eagerly on the forward stream: the
+    stash row of the same request must end with the newer step."""
+    kw, req_to_token = kv_keep_warm([1, 4], DeferredLane())
+    plain_step(kw, [2], [10], [7])
+    plain_step(kw, [2, 0, 1, 3, 4], [11, 1, 1, 1, 1], [8, 1, 1, 1, 1])
+    kw.lane.fence()
+    assert kw.position[2].item() == 11
+    kw.before_spec(spec_batch([2], [12], [8]))
+    assert kw.draft_pass.calls[0]["loc"] == [req_to_token[2, 11].item()]
+
+
+def test_the_check_compares_after_the_write_landed():
+    kw, _ = kv_keep_warm([1, 4], DeferredLane())
+    seen = []
+    kw.check = lambda run_pass, loc: seen.append((list(kw.lane.queue), loc.tolist()))
+    plain_step(kw, [2], [10], [7])
+    assert seen == [([], [kw.req_to_token[2, 10].item()])]
 
 
 # -- the width-1 draft pass (upstream's preparation and forward stubbed) -----------
