@@ -65,6 +65,11 @@
 #        kwside  the kv writer on its side stream: the keep-warm test's alternate-1 kv configurations
 #               (tokens, K/V check, unchecked kv's tokens per verify), then its cost always plain at
 #               c=32 and 64 (none, kv on the side stream; kv on the forward stream in kwsame; ~11 min)
+#        ttftgap  where the adaptive server's longer TTFT at c=64 goes: dummy 8B pair, no-spec against
+#               always-plain without keep-warm, closed c=64, scheduler host time per decode-64 and
+#               extend iteration (sglang_adaptive.hosttime; ~6 min)
+#        prefillcost  what an EAGLE-3 server's prefill costs beside no-spec's: 256-token prompts, 2 output
+#               tokens, closed c=32 and 64, no-spec against always-plain without keep-warm (~5 min)
 #        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
 #               c=1, 32, 128 (alone on the GPU); kwcost2: kv and none again at c=128, in that order
 #        checks side by side (tiny pair, correctness only): grammar, kinds, and the keep-warm test's
@@ -237,6 +242,17 @@ if [ "$cmd" = start ]; then
                     step kwside python -m sglang_adaptive.bench "${kw[@]}" --keep-warm none,kv --out "$W/kwside"
                     step kwsame env SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 python -m sglang_adaptive.bench "${kw[@]}" \
                         --keep-warm kv --out "$W/kwsame" ;;
+            ttftgap) for c in plain adaptive-threshold; do
+                        step "ttftgap-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/ttftgap-$c/timing" \
+                            python -m sglang_adaptive.bench --configs "$c" --threshold 0 --keep-warm none \
+                            --closed 64 --requests-per-client 8 --rates "" --phases "" --out "$W/ttftgap-$c"
+                      done
+                      step ttftgap python benchmark/hosttime_report.py --bucket decode-64 --bucket extend \
+                          --json "$W/ttftgap/hosttime.json" plain="$W/ttftgap-plain/timing" \
+                          adaptive="$W/ttftgap-adaptive-threshold/timing" ;;
+            prefillcost) step prefillcost python -m sglang_adaptive.bench --configs plain,adaptive-threshold \
+                        --threshold 0 --keep-warm none --closed 32,64 --in-len 256 --out-len 2 \
+                        --requests-per-client 8 --rates "" --phases "" --out "$W/prefillcost" ;;
             kwcost2) step kwcost2 python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
                         --keep-warm kv,none --closed 128 --requests-per-client 6 --rates "" \
                         --phases "" --out "$W/kwcost2" ;;

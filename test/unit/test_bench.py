@@ -98,6 +98,48 @@ def test_a_point_counts_the_batches_logged_while_it_ran_not_those_of_its_first_s
     assert (row["plain_share"], row["switches"], row["decode_batches"]) == (0.0, 0, 2450)
 
 
+def decode_line(bs, tput, prefix="[2026-12-01 19:45:21]"):
+    return (f"{prefix} Decode batch, #running-req: {bs}, #token: 16512, token usage: 0.03, cuda graph: True, "
+            f"gen throughput (token/s): {tput}, #queue-req: 0\n")
+
+
+def counters_line(plain, spec, prefix="[2026-12-01 19:45:21]"):
+    return (f"{prefix} AdaptiveEAGLE decode batches: {plain + spec} (plain {plain}, 50.0%; "
+            f"speculative {spec}), switches: 3\n")
+
+
+def test_steady_decode_counts_whole_plain_windows_at_the_batch_size():
+    log = "".join([
+        decode_line(30, 1.0), counters_line(10, 0),
+        decode_line(32, 2.0), counters_line(20, 0),   # the window before ended at 30: ramping
+        decode_line(32, 100.0), counters_line(30, 0),  # steady
+        decode_line(32, 300.0), counters_line(40, 0),  # steady
+        decode_line(32, 9.0), counters_line(49, 1),    # a speculative batch around it
+        decode_line(32, 9.0), counters_line(59, 1),    # the one before it held it
+        decode_line(32, 200.0), counters_line(69, 1),  # steady again
+        decode_line(64, 7.0), counters_line(79, 1),
+    ])
+    assert metrics.steady_decode(log, 32) == {"steady_decode_tok_per_s": 200.0, "steady_windows": 3}
+    assert metrics.steady_decode(log, 64) == {}, "its window before ran another size"
+    # Several ranks: SGLang logs decode lines on rank 0 only, each rank its counters.
+    tp = log.replace("] Decode", " TP0] Decode").replace("] AdaptiveEAGLE", " TP0] AdaptiveEAGLE")
+    assert metrics.steady_decode(tp, 32)["steady_windows"] == 3
+    # A static server logs no counters: every whole window counts.
+    static = "".join(decode_line(32, t) for t in (5.0, 6.0, 7.0, 8.0))
+    assert metrics.steady_decode(static, 32) == {"steady_decode_tok_per_s": 7.0, "steady_windows": 3}
+
+
+def test_a_closed_point_reads_steady_decode_from_its_own_log_lines(monkeypatch):
+    before = "".join(decode_line(32, t) for t in (1.0, 1.0, 1.0))
+    point = "".join(decode_line(32, t) for t in (50.0, 60.0, 70.0))
+    logs = iter([before, before + point])
+    monkeypatch.setattr(bench.client, "run", lambda url, w, reqs: ([], 0.0, 1.0))
+    monkeypatch.setattr(bench.metrics, "summarize", lambda records, seconds: {"output_tok_per_s": 1.0})
+    a = bench.parse_args(["--closed", "32", "--rates", "", "--phases", ""])
+    row = bench.measure("plain", "u", bench.workloads(a)[0], a, lambda: next(logs), 0)
+    assert (row["steady_decode_tok_per_s"], row["steady_windows"]) == (65.0, 2)
+
+
 # -- a fake SGLang /generate ------------------------------------------------------
 
 class FakeSGLang:

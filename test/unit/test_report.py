@@ -79,3 +79,14 @@ def test_rounds_report_medians_and_their_spread():
     assert (t1, c1, t128, c128) == (10.0, 1, 104.0, 128) and (p1, p128) == pytest.approx((10.0, 104.0))
     single = [r for r in rows if r["round"] == 1]
     assert report.spread_table(single) == "" and "over rounds" not in report.markdown(single)
+
+
+def test_the_report_compares_steady_decode_where_rows_carry_it():
+    rows = [{"label": "plain", "workload": "closed", "concurrency": 64, "output_tok_per_s": 7800.0,
+             "steady_decode_tok_per_s": 9800.0},
+            {"label": "adaptive-goodput", "workload": "closed", "concurrency": 64, "output_tok_per_s": 7600.0,
+             "steady_decode_tok_per_s": 9702.0}]
+    text = report.markdown(rows)
+    section = text.split("### Closed loop: steady decode tok/s")[1]
+    assert "| 64 | 9800.0 | 9702.0 | 0.99 (plain) |" in section
+    assert "steady decode" not in report.markdown([{**r, "steady_decode_tok_per_s": None} for r in rows])

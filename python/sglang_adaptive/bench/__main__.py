@@ -170,7 +170,8 @@ def describe(w) -> str:
 
 def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None,
             strategy: str | None = None) -> dict:
-    before = metrics.mode_samples(log_text())
+    log_before = log_text()
+    before = metrics.mode_samples(log_before)
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
     if strategy is not None:
@@ -180,8 +181,11 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     if pair is not None:
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
-    samples = metrics.mode_samples(log_text())
+    log_after = log_text()
+    samples = metrics.mode_samples(log_after)
     row.update(metrics.mode_between(before, samples))
+    if isinstance(w, Closed):  # its batch size is the concurrency between wave edges
+        row.update(metrics.steady_decode(log_after[len(log_before):], w.concurrency))
     if row.get("plain_share"):  # plain tokens count in the total but have no verify
         row["tokens_per_verify"] = None
     if isinstance(w, Phased):

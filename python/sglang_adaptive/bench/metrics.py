@@ -15,6 +15,11 @@ from sglang_adaptive.controller import STATS_LOG_PATTERN
 # Written by sglang_adaptive.controller every --decode-log-interval decode batches.
 # SGLang's prefix: "[YYYY-mm-dd HH:MM:SS] " with one GPU, "[... TP0] " etc. with several.
 MODE_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\] " + STATS_LOG_PATTERN, re.M)
+# SGLang's decode log line (every --decode-log-interval batches, rank 0 only), and this
+# package's counters, in the order they were written.
+DECODE_OR_MODE_RE = re.compile(
+    r"^\[[^\]]*\] (?:Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)"
+    r"|" + STATS_LOG_PATTERN + ")", re.M)
 
 
 def percentile(xs: list[float], q: float) -> float | None:
@@ -120,6 +125,33 @@ def mode_between(before, after) -> dict:
     total = plain + spec
     return {"plain_share": round(plain / total, 4) if total else None,
             "switches": b[3] - a[3], "decode_batches": total}
+
+
+def steady_decode(log_text: str, batch_size: int) -> dict:
+    """The speed of steady decode steps at ``batch_size``: the median ``gen throughput``
+    of SGLang's decode log windows that ran that batch size throughout (the window
+    before ended at it too) and, on an adaptive server, no speculative batch (the mode
+    counters logged around the two windows did not move). Closed-loop totals mix in
+    prefills and wave edges; this compares the decode steps themselves, e.g. an
+    adaptive server's plain steps with a no-spec server's (session 15 read 0.65% for
+    the spec-v2 path and 0.8% for the kv writer this way). Empty without such windows."""
+    windows = []  # [batch size, tok/s, speculative count before, after]
+    spec = None
+    for m in DECODE_OR_MODE_RE.finditer(log_text):
+        if m.group(1) is not None:
+            windows.append([int(m.group(1)), float(m.group(2)), spec, None])
+            continue
+        spec = int(m.group(5))
+        for w in reversed(windows):
+            if w[3] is not None:
+                break
+            w[3] = spec
+    tput = [w[1] for prev, w in zip(windows, windows[1:])
+            if prev[0] == w[0] == batch_size and prev[2] == w[3]]
+    if not tput:
+        return {}
+    tput.sort()
+    return {"steady_decode_tok_per_s": _r(percentile(tput, 50), 1), "steady_windows": len(tput)}
 
 
 def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:

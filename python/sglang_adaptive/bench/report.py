@@ -120,6 +120,9 @@ def markdown(rows: list[dict]) -> str:
         ("Closed loop: output tok/s against concurrency", dict(workload="closed")),
         ("Closed loop: TPOT p50 (ms) against concurrency (ratio: best static / this)",
          dict(workload="closed", metric="tpot_p50_ms", lower_is_better=True, digits=2)),
+        ("Closed loop: steady decode tok/s (decode log windows at the concurrency's batch size "
+         "without a speculative batch: the plain steps themselves)",
+         dict(workload="closed", metric="steady_decode_tok_per_s")),
         ("Open loop: output tok/s against request rate (req/s)", dict(workload="open", key="rate")),
         ("Open loop: TPOT p50 (ms) against request rate (ratio: best static / this)",
          dict(workload="open", key="rate", metric="tpot_p50_ms", lower_is_better=True, digits=2)),
