@@ -65,6 +65,10 @@
 #        kwside  the kv writer on its side stream: the keep-warm test's alternate-1 kv configurations
 #               (tokens, K/V check, unchecked kv's tokens per verify), then its cost always plain at
 #               c=32 and 64 (none, kv on the side stream; kv on the forward stream in kwsame; ~11 min)
+#        kwdefer  kv with its writes deferred (SGLANG_ADAPTIVE_KEEP_WARM_DEFER=8): the keep-warm test's
+#               alternate-50 configurations (tokens, tokens per verify and the first step after a
+#               stretch against per-step kv), then its cost always plain at c=32 and 64 beside none
+#               and per-step kv (~12 min)
 #        ttftgap  where the adaptive server's longer TTFT at c=64 goes: dummy 8B pair, no-spec against
 #               always-plain without keep-warm, closed c=64, scheduler host time per decode-64 and
 #               extend iteration (sglang_adaptive.hosttime; ~6 min)
@@ -242,6 +246,16 @@ if [ "$cmd" = start ]; then
                     step kwside python -m sglang_adaptive.bench "${kw[@]}" --keep-warm none,kv --out "$W/kwside"
                     step kwsame env SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 python -m sglang_adaptive.bench "${kw[@]}" \
                         --keep-warm kv --out "$W/kwsame" ;;
+            kwdefer) step kwdefer-test env ADAPTIVE_GPU_PARALLEL=3 ADAPTIVE_GPU_REQUIRED=1 \
+                        ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-deferred-kv \
+                        python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
+                        -k "alternate-50 or deferred"
+                    kw=(--configs adaptive-threshold --threshold 0 --closed 32,64 --requests-per-client 6 \
+                        --rates "" --phases "")
+                    step kwdefer-per-step python -m sglang_adaptive.bench "${kw[@]}" --keep-warm none,kv \
+                        --out "$W/kwdefer-per-step"
+                    step kwdefer env SGLANG_ADAPTIVE_KEEP_WARM_DEFER=8 python -m sglang_adaptive.bench "${kw[@]}" \
+                        --keep-warm kv --out "$W/kwdefer" ;;
             ttftgap) for c in plain adaptive-threshold; do
                         step "ttftgap-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/ttftgap-$c/timing" \
                             python -m sglang_adaptive.bench --configs "$c" --threshold 0 --keep-warm none \

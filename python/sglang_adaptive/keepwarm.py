@@ -62,6 +62,9 @@ CHECK_LOG_EVERY = 20
 # "0" replays the writer's graphs on the forward stream, after the target step, as
 # before the side stream: a way back, and the measurement's other half.
 STREAM_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_STREAM"
+# N > 1: the writes of up to N plain steps wait and are computed together
+# (``DeferredWrites``), so the writer's weights are read once per N steps.
+DEFER_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_DEFER"
 
 # Draft model classes the K/V writer knows, and the one pool class it writes.
 KV_DRAFT_CLASSES = ("LlamaForCausalLMEagle3",)
@@ -208,16 +211,24 @@ class LlamaKVWriter:
 
     def write(self, token_ids, aux, positions, loc):
         """Write the K/V; returns the ``fc`` output (the draft's input hidden state)."""
+        h, k, v = self.compute(token_ids, aux, positions)
+        self.store(loc, k, v)
+        return h
+
+    def compute(self, token_ids, aux, positions):
+        """The ``fc`` output, K and V of these rows; nothing written."""
         h = self.fc_hidden(aux)
         x = torch.cat([self.input_layernorm(self.embed(token_ids)), self.hidden_norm(h)], dim=-1)
         k, v = F.linear(x, self.w_kv).split([self.kv_size, self.kv_size], dim=-1)
         # The rope kernels want a query with a multiple of the K heads: scratch.
         _, k = self.rotary(positions, torch.empty_like(k), k)
+        return h, k, v
+
+    def store(self, loc, k, v) -> None:
         self.pool.set_kv_buffer(
             self.radix, loc,
             k.reshape(-1, self.num_kv_heads, self.head_dim), v.reshape(-1, self.num_kv_heads, self.head_dim),
         )
-        return h
 
 
 class KVCheck:
@@ -253,6 +264,10 @@ class SameStream:
     name = "forward stream"
     depth = 1  # graph sets: one, its inputs are rewritten after its replay ran
 
+    def new_events(self) -> tuple:
+        """The (ready, done) events of one set of inputs (none on one stream)."""
+        return None, None
+
     def reuse(self, graphs) -> None:
         """Before ``graphs``' static inputs are rewritten for a new step."""
 
@@ -275,6 +290,9 @@ class SideStream(SameStream):
     def __init__(self, device):
         self.stream = torch.cuda.Stream(device)
         self.last = None  # the done event of the latest write not yet fenced
+
+    def new_events(self) -> tuple:
+        return torch.cuda.Event(), torch.cuda.Event()
 
     def reuse(self, graphs) -> None:
         torch.cuda.current_stream().wait_event(graphs.done)
@@ -303,7 +321,7 @@ class WriterGraphs:
         free_before = torch.cuda.mem_get_info()[0]
         self.keep, self.batch_sizes = keep, batch_sizes
         # The side stream's hand-over: inputs in place (ready), write done (done).
-        self.ready, self.done = torch.cuda.Event(), torch.cuda.Event()
+        self.ready, self.done = keep.lane.new_events()
         device, max_bs = keep.hidden.device, batch_sizes[-1]
         writer = keep.writer
         self.tokens = torch.zeros(max_bs, dtype=torch.int64, device=device)
@@ -345,6 +363,94 @@ class WriterGraphs:
         self.aux[:n].copy_(aux)
         lane.replay(self, self.graphs[self.bucket(n)])
         return self.positions[:n], self.loc[:n]
+
+
+class DeferredRows:
+    """The inputs of the plain steps whose writes wait, one step after another."""
+
+    def __init__(self, rows: int, aux_width: int, dtype, device, events):
+        self.tokens = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.aux = torch.zeros(rows, aux_width, dtype=dtype, device=device)
+        self.positions, self.loc, self.slots = (torch.zeros(rows, dtype=torch.int64, device=device)
+                                                for _ in range(3))
+        self.ready, self.done = events
+        self.spans: list[tuple[int, int]] = []  # (first row, rows) per step, in step order
+        self.bytes = sum(t.numel() * t.element_size() for t in (self.tokens, self.aux, self.positions,
+                                                                 self.loc, self.slots))
+
+    @property
+    def used(self) -> int:
+        return self.spans[-1][0] + self.spans[-1][1] if self.spans else 0
+
+
+class DeferredWrites:
+    """``kv``'s writes of up to ``steps`` plain steps computed at once.
+
+    Per plain step only the inputs are copied (the token, the aux hidden state, the
+    position, slot and request slot of each row). A flush computes ``fc`` and the K/V
+    of all waiting rows together, so the writer's weights (116 MB a step on the 8B
+    pair: most of what it still costs on the side stream) are read once per flush, and stores them step
+    by step, in order: a KV slot freed and reused inside the window, or a request's
+    stash row, ends with its latest step. A flush runs when ``steps`` steps wait, before
+    a step that would not fit, and wherever the forward stream must see the writes
+    (``KVKeepWarm._fence``). It goes through the lane: on the side stream two buffers
+    take turns."""
+
+    def __init__(self, keep: KVKeepWarm, steps: int, rows: int, lane: SameStream):
+        self.keep, self.steps, self.rows, self.lane = keep, steps, rows, lane
+        dtype, device = keep.hidden.dtype, keep.hidden.device
+        self.buffers = [DeferredRows(rows, keep.writer.aux_width, dtype, device, lane.new_events())
+                        for _ in range(lane.depth)]
+        self.turn = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(b.bytes for b in self.buffers)
+
+    def begin(self, slots, new_seq_lens, loc):
+        n = new_seq_lens.shape[0]
+        if self.buffers[self.turn].used + n > self.rows:
+            self.flush()
+        buf = self.buffers[self.turn]
+        rows = slice(buf.used, buf.used + n)
+        buf.slots[rows].copy_(slots)
+        torch.sub(new_seq_lens, 1, out=buf.positions[rows])
+        buf.loc[rows].copy_(loc)
+        buf.spans.append((rows.start, n))
+        return buf, rows
+
+    def finish(self, state, token_ids, aux) -> None:
+        buf, rows = state
+        buf.tokens[rows].copy_(token_ids)
+        buf.aux[rows].copy_(aux)
+        if len(buf.spans) >= self.steps:
+            self.flush()
+
+    def flush(self) -> None:
+        buf = self.buffers[self.turn]
+        if not buf.spans:
+            return
+        spans, buf.spans = buf.spans, []
+        self.lane.replay(buf, _Call(lambda: self._write(buf, spans)))
+        self.turn = (self.turn + 1) % len(self.buffers)
+        # The next buffer's inputs are rewritten from now on: its last flush must have read them.
+        self.lane.reuse(self.buffers[self.turn])
+
+    def _write(self, buf: DeferredRows, spans) -> None:
+        keep, rows = self.keep, spans[-1][0] + spans[-1][1]
+        h, k, v = keep.writer.compute(buf.tokens[:rows], buf.aux[:rows], buf.positions[:rows])
+        for start, n in spans:
+            step = slice(start, start + n)
+            keep.writer.store(buf.loc[step], k[step], v[step])
+            keep.hidden[buf.slots[step]] = h[step]
+            keep.position[buf.slots[step]] = buf.positions[step]
+
+
+class _Call:
+    """A lane replays ``.replay()``: a flush looks like a graph to it."""
+
+    def __init__(self, fn):
+        self.replay = fn
 
 
 def kv_writer_unsupported_reason(model, pool) -> str | None:
@@ -390,6 +496,20 @@ class KVKeepWarm(NoKeepWarm):
         self.lane: SameStream = SameStream()
         self.graph_sets: list[WriterGraphs] = []  # lane.depth sets, taking turns
         self.turn = 0
+        self.deferred: DeferredWrites | None = None
+
+    def defer(self, steps: int, rows: int, lane: SameStream) -> None:
+        """Write ``steps`` plain steps at a time (``DeferredWrites``) instead of per step."""
+        self.lane = lane
+        self.deferred = DeferredWrites(self, steps, rows, lane)
+        self.stash_bytes += self.deferred.bytes
+
+    def _fence(self) -> None:
+        """Before the forward stream reads or writes the draft pool or the stash: the
+        waiting rows written, and the writes in flight landed."""
+        if self.deferred is not None:
+            self.deferred.flush()
+        self.lane.fence()
 
     def capture(self, batch_sizes, lane: SameStream) -> tuple[float, float]:
         """CUDA graphs of the write and the stash for these batch sizes (the plain
@@ -398,11 +518,15 @@ class KVKeepWarm(NoKeepWarm):
         requests on an 8B model."""
         # One pool: the sets' replays never overlap (one stream, in order).
         pool = torch.cuda.graph_pool_handle()
-        self.lane = lane
+        self.lane = lane  # before the sets: they take their events from it
         self.graph_sets = [WriterGraphs(self, sorted(batch_sizes), pool) for _ in range(lane.depth)]
         return sum(g.memory_gib for g in self.graph_sets), sum(g.seconds for g in self.graph_sets)
 
     def describe_graphs(self) -> str:
+        if self.deferred is not None:
+            d = self.deferred
+            return (f"deferred: up to {d.steps} plain steps per write on the {self.lane.name} "
+                    f"({len(d.buffers)} buffer(s) of {d.rows} rows)")
         if not self.graph_sets:
             return "eager"
         g = self.graph_sets[0]
@@ -416,6 +540,8 @@ class KVKeepWarm(NoKeepWarm):
         self.position[slots] = positions
 
     def before_plain(self, batch, new_seq_lens, loc):
+        if self.deferred is not None:
+            return self.deferred, self.deferred.begin(batch.req_pool_indices, new_seq_lens, loc)
         n = new_seq_lens.shape[0]
         if self.graph_sets and self.graph_sets[0].bucket(n) is not None:
             graphs = self.graph_sets[self.turn]
@@ -429,16 +555,20 @@ class KVKeepWarm(NoKeepWarm):
 
     def after_plain(self, state, batch, result):
         token_ids, aux = result.next_token_ids, result.logits_output.hidden_states
-        graphs, arg = state
-        if graphs is not None:
-            positions, loc = graphs.run(arg, token_ids, aux, self.lane)
+        owner, arg = state
+        if owner is not None and owner is self.deferred:
+            owner.finish(arg, token_ids, aux)  # no check: make_keep_warm defers only without it
+            self.pending = True
+            return None
+        if owner is not None:
+            positions, loc = owner.run(arg, token_ids, aux, self.lane)
         else:
             # After the writes in flight: their stash rows are older than this step's.
-            self.lane.fence()
+            self._fence()
             slots, positions, loc = arg
             self._write(token_ids.to(torch.int64), aux, positions, loc, slots)
         if self.check is not None:
-            self.lane.fence()
+            self._fence()
             ids = token_ids.to(torch.int64)
             self.check(lambda: self.draft_pass(batch, ids, aux, positions, batch.seq_lens_cpu, loc), loc)
         self.pending = True
@@ -446,7 +576,7 @@ class KVKeepWarm(NoKeepWarm):
 
     def before_spec(self, batch) -> None:
         # The draft reads the pool the writes fill (and the pass below the stash).
-        self.lane.fence()
+        self._fence()
         info = batch.spec_info
         if not self.pending or info is None:  # None: an idle batch, upstream builds its input
             return
@@ -471,7 +601,7 @@ class KVKeepWarm(NoKeepWarm):
     def on_prefill(self, batch) -> None:
         # The prefill's draft extend may write slots a write in flight still targets
         # (freed by a finished request), and the stash row below.
-        self.lane.fence()
+        self._fence()
         # A slot's new request must not inherit its old request's pending position.
         self.position[batch.req_pool_indices] = -1
 
@@ -505,7 +635,23 @@ def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoK
     writer = LlamaKVWriter(runner.model, runner.token_to_kv_pool)
     keep = KVKeepWarm(writer, draft_pass, eagle_worker.req_to_token_pool.req_to_token, eagle_worker.device,
                       check=os.environ.get(CHECK_ENV, "0") == "1")
+    defer = deferred_steps(os.environ.get(DEFER_ENV))
     if batch_sizes and runner.tp_group.world_size == 1:
         side = os.environ.get(STREAM_ENV, "1") != "0"
-        keep.capture(batch_sizes, SideStream(eagle_worker.device) if side else SameStream())
+        lane = SideStream(eagle_worker.device) if side else SameStream()
+        if defer > 1 and keep.check is None:  # the check compares each step's rows at once
+            # Room for `defer` steps of the largest graph batch, and for any one batch.
+            keep.defer(defer, max(defer * max(batch_sizes), keep.dump_slot), lane)
+        else:
+            keep.capture(batch_sizes, lane)
     return keep
+
+
+def deferred_steps(value: str | None) -> int:
+    """``DEFER_ENV``'s value: plain steps per deferred write (1: write every step)."""
+    if value is None or value == "":
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"sglang_adaptive: {DEFER_ENV} must be a whole number of plain steps, at least 1, "
+                          f"got {value!r}.")
+    return int(value)

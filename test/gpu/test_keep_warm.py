@@ -20,7 +20,7 @@ import pytest
 from suite import ENV32, FP32_ARGS, base_args, collect, configs
 from test_tiny_pair import PAIR, text_requests
 
-from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN
+from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN, DEFER_ENV
 from sglang_adaptive.testing import STATIC_ARGS, mismatching_requests, without_flags
 
 pytestmark = pytest.mark.gpu
@@ -64,6 +64,7 @@ UNCHECKED = "alternate-1-unchecked-kv"
 # same K/V if the waits are right; a speculative step that drafts before the last
 # plain write lands falls toward none (1.16 against 2.50 in session 9).
 UNCHECKED_TOLERANCE = 0.03
+DEFERRED = "alternate-50-deferred-kv"
 
 
 def label_of(base: str, strategy: str) -> str:
@@ -102,6 +103,11 @@ def runs():
     # kv as served: no check, so no wait after each write; the writes overlap the next
     # target step on the side stream, and only the waits order them.
     served[UNCHECKED] = (args + ["--speculative-draft-keep-warm", "kv"], env, load)
+    # kv with its writes deferred: 8 plain steps written at once (the 50-step stretches
+    # fill whole windows; the speculative step after one flushes the rest).
+    args50, env50, load50 = table["alternate-50"]
+    served[DEFERRED] = (args50 + ["--speculative-draft-keep-warm", "kv"], {**env50, DEFER_ENV: "8"}, load50)
+    requests_for[DEFERRED] = long_reqs
     out = collect("keep-warm", served, text_requests(200), requests_for=requests_for)
     write_rows(out)
     return out
@@ -152,7 +158,7 @@ def write_rows(out: dict) -> None:
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-ALL = [label_of(n, s) for n in SWITCHING for s in STRATEGIES] + ["alternate-1-no-overlap-kv", UNCHECKED]
+ALL = [label_of(n, s) for n in SWITCHING for s in STRATEGIES] + ["alternate-1-no-overlap-kv", UNCHECKED, DEFERRED]
 
 
 @pytest.mark.parametrize("label", ALL)
@@ -211,3 +217,14 @@ def test_kv_on_the_side_stream_drafts_from_every_write(runs):
     assert "on the side stream (2 set(s))" in unchecked.log, "the writes did not run on the side stream"
     got, want = unchecked.spec_accept_length(), checked.spec_accept_length()
     assert got >= want - UNCHECKED_TOLERANCE, f"unchecked kv {got:.3f} < checked {want:.3f} - {UNCHECKED_TOLERANCE}"
+
+
+def test_deferred_kv_drafts_from_every_write(runs):
+    """Written 8 steps at a time, the K/V after a 50-step stretch must be what the checked
+    per-step writer leaves: the same tokens per verify, the same first step after it."""
+    deferred, checked = served(runs, DEFERRED, label_of("alternate-50", "kv"))
+    assert "deferred: up to 8 plain steps per write" in deferred.log, "the writes were not deferred"
+    got, want = deferred.spec_accept_length(), checked.spec_accept_length()
+    assert got >= want - UNCHECKED_TOLERANCE, f"deferred kv {got:.3f} < checked {want:.3f} - {UNCHECKED_TOLERANCE}"
+    first, first_checked = (r.recovery()["steps"][1][0] for r in (deferred, checked))
+    assert first >= first_checked - UNCHECKED_TOLERANCE, f"1st step after a stretch {first:.3f} < {first_checked:.3f}"

@@ -478,6 +478,144 @@ def test_the_check_compares_after_the_write_landed():
     assert seen == [([], [kw.req_to_token[2, 10].item()])]
 
 
+# -- deferred writes: several plain steps written at once ---------------------------
+
+
+class DeferWriter(FakeWriter):
+    """Computes rows recognisably (K = token * 1000 + position) and records each call."""
+
+    aux_width = 12
+
+    def __init__(self):
+        super().__init__()
+        self.computed, self.stores, self.pool = [], [], {}
+
+    def compute(self, token_ids, aux, positions):
+        self.computed.append((token_ids.tolist(), positions.tolist()))
+        k = (token_ids * 1000 + positions).float().unsqueeze(1)
+        return aux[:, :4] + 100, k, k + 0.5
+
+    def store(self, loc, k, v):
+        assert len(set(loc.tolist())) == len(loc), "a slot twice in one store: the GPU keeps either row"
+        self.stores.append(loc.tolist())
+        self.pool.update(zip(loc.tolist(), k[:, 0].tolist()))
+
+
+def deferred(steps, rows=16, lane=None):
+    req_to_token = torch.arange(8 * 64).reshape(8, 64)
+    kw = keepwarm.KVKeepWarm(DeferWriter(), FakePass(), req_to_token, "cpu")
+    kw.defer(steps, rows, lane or keepwarm.SameStream())
+    return kw
+
+
+def step_at(kw, slots, seq_lens, tokens, loc=None):
+    """One plain step, with the KV slots ``loc`` if given (else req_to_token's)."""
+    batch = NS(req_pool_indices=torch.tensor(slots), seq_lens=torch.tensor(seq_lens), seq_lens_cpu=None)
+    loc = kw.req_to_token[batch.req_pool_indices, batch.seq_lens] if loc is None else torch.tensor(loc)
+    state = kw.before_plain(batch, batch.seq_lens + 1, loc)
+    batch.req_pool_indices.fill_(-7)  # the scheduler reuses its buffer after the step read it
+    n = len(slots)
+    result = NS(next_token_ids=torch.tensor(tokens, dtype=torch.int32),
+                logits_output=NS(hidden_states=torch.arange(n * 12, dtype=torch.float32).reshape(n, 12)))
+    assert kw.after_plain(state, batch, result) is None
+
+
+def test_deferred_writes_wait_for_their_steps_then_land_in_step_order():
+    kw = deferred(steps=3)
+    step_at(kw, [2, 5], [10, 3], [7, 8])
+    step_at(kw, [2, 5], [11, 4], [9, 1])
+    assert kw.writer.computed == [] and kw.pending, "two steps wait"
+    step_at(kw, [2], [12], [6])
+    assert kw.writer.computed == [([7, 8, 9, 1, 6], [10, 3, 11, 4, 12])], "one computation for the three steps"
+    r = kw.req_to_token
+    assert kw.writer.stores == [[r[2, 10].item(), r[5, 3].item()], [r[2, 11].item(), r[5, 4].item()],
+                                [r[2, 12].item()]], "stored step by step, in order"
+    assert kw.writer.pool[r[2, 12].item()] == 6012
+    assert kw.position[[2, 5]].tolist() == [12, 4], "each stash row holds its request's latest step"
+    step_at(kw, [2], [13], [5])
+    assert len(kw.writer.computed) == 1, "the next window waits again"
+
+
+def test_a_kv_slot_reused_inside_the_window_ends_with_its_later_row():
+    kw = deferred(steps=2)
+    step_at(kw, [2], [10], [7], loc=[40])
+    step_at(kw, [5], [3], [8], loc=[40])  # slot 40 freed by the first request, given to the second
+    assert kw.writer.pool[40] == 8003
+
+
+def test_a_step_that_would_not_fit_flushes_the_steps_before_it():
+    kw = deferred(steps=8, rows=4)
+    step_at(kw, [1, 2, 3], [5, 5, 5], [1, 2, 3])
+    step_at(kw, [1, 2], [6, 6], [4, 5])
+    assert kw.writer.computed == [([1, 2, 3], [5, 5, 5])]
+
+
+def test_the_speculative_step_writes_the_waiting_steps_first():
+    kw = deferred(steps=8)
+    step_at(kw, [2], [10], [7])
+    step_at(kw, [2], [11], [9])
+    batch = spec_batch([2], [12], [9])
+    kw.before_spec(batch)
+    assert len(kw.writer.computed) == 1
+    (call,) = kw.draft_pass.calls
+    assert call["loc"] == [kw.req_to_token[2, 11].item()], "the pass drafts from the last plain position"
+    assert batch.spec_info.topk_index.tolist() == [[1009]]
+
+
+def test_a_prefill_writes_the_waiting_steps_before_it_clears_a_slot():
+    kw = deferred(steps=8)
+    step_at(kw, [3], [20], [9])
+    kw.on_prefill(NS(req_pool_indices=torch.tensor([3])))
+    assert len(kw.writer.computed) == 1
+    batch = spec_batch([3], [21], [4])
+    kw.before_spec(batch)
+    assert batch.spec_info.topk_index.tolist() == [[-1]], "the old request's rows landed before the clear"
+
+
+def test_deferred_buffers_take_turns_on_the_side_stream():
+    lane = DeferredLane()
+    kw = deferred(steps=2, lane=lane)
+    step_at(kw, [2], [10], [7])
+    step_at(kw, [2], [11], [8])  # buffer 0 full: its flush is queued, not run
+    step_at(kw, [2], [12], [9])
+    assert kw.writer.computed == [] and len(lane.queue) == 1
+    step_at(kw, [2], [13], [1])  # buffer 1 full: queued; buffer 0 is rewritten next, so its flush runs
+    assert kw.writer.computed == [([7, 8], [10, 11])]
+    step_at(kw, [2], [14], [2])
+    kw.before_spec(spec_batch([2], [15], [2]))
+    assert kw.writer.computed[1:] == [([9, 1], [12, 13]), ([2], [14])]
+    assert kw.draft_pass.calls[0]["loc"] == [kw.req_to_token[2, 14].item()], "every row landed before the pass"
+
+
+@pytest.mark.parametrize("value, steps", [(None, 1), ("", 1), ("1", 1), ("8", 8)])
+def test_the_deferral_setting(value, steps):
+    assert keepwarm.deferred_steps(value) == steps
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "eight", "2.5"])
+def test_a_bad_deferral_setting_stops_start_up_in_one_sentence(value):
+    with pytest.raises(keepwarm.ConfigError, match=f"SGLANG_ADAPTIVE_KEEP_WARM_DEFER must be a whole number "
+                                                   f"of plain steps, at least 1, got '{value}'"):
+        keepwarm.deferred_steps(value)
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_deferral_replaces_the_per_step_graphs_unless_checked(llama_draft, monkeypatch, check):
+    calls = []
+    monkeypatch.setattr(keepwarm.KVKeepWarm, "capture", lambda self, sizes, lane: calls.append("graphs"))
+    monkeypatch.setattr(keepwarm.KVKeepWarm, "defer",
+                        lambda self, steps, rows, lane: calls.append(("defer", steps, rows)))
+    monkeypatch.setattr(keepwarm, "SideStream", lambda device: keepwarm.SameStream())
+    monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
+    monkeypatch.setenv(keepwarm.DEFER_ENV, "4")
+    monkeypatch.setenv(keepwarm.CHECK_ENV, "1" if check else "0")
+    runner = NS(model=llama_draft, token_to_kv_pool=Pool(), tp_group=NS(world_size=1))
+    worker = NS(_draft_worker=NS(draft_runner=runner), topk=1, device="cpu",
+                req_to_token_pool=NS(req_to_token=torch.zeros(40, 8, dtype=torch.int32)))
+    keepwarm.make_keep_warm(None, worker, [1, 2, 8])
+    assert calls == (["graphs"] if check else [("defer", 4, 40)]), "rows: 4 x 8, or the 40 request slots"
+
+
 # -- the width-1 draft pass (upstream's preparation and forward stubbed) -----------
 
 
