@@ -123,6 +123,11 @@ if [ "$cmd" = start ]; then
             step "$name" python -m sglang_adaptive.bench --requests-per-client "${GOODPUT_RPC:-8}" \
                 --rates "" --phases "" --out "$W/$name" "$@"
         }
+        plaincost() {  # step name, environment (VAR=value ..., or ""), bench arguments...: the keep-warm
+            local name=$1 vars=$2; shift 2  # cost, always plain at c=32 and 64 (6 waves), alone on the GPU
+            step "$name" env $vars python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
+                --closed 32,64 --requests-per-client 6 --rates "" --phases "" --out "$W/$name" "$@"
+        }
         gputest() {  # step name, port base, test file: one GPU test module on its own ports
             step "$1" env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE="$2" python -m pytest -m gpu "$3" -v \
                 -p no:cacheprovider
@@ -241,21 +246,14 @@ if [ "$cmd" = start ]; then
                         ADAPTIVE_GPU_ONLY=plain,alternate-1-kv,alternate-1-unchecked-kv,alternate-1-no-overlap-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
                         -k "greedy or writes_the or side_stream"
-                    kw=(--configs adaptive-threshold --threshold 0 --closed 32,64 --requests-per-client 6 \
-                        --rates "" --phases "")
-                    step kwside python -m sglang_adaptive.bench "${kw[@]}" --keep-warm none,kv --out "$W/kwside"
-                    step kwsame env SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 python -m sglang_adaptive.bench "${kw[@]}" \
-                        --keep-warm kv --out "$W/kwsame" ;;
+                    plaincost kwside "" --keep-warm none,kv
+                    plaincost kwsame SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 --keep-warm kv ;;
             kwdefer) step kwdefer-test env ADAPTIVE_GPU_PARALLEL=3 ADAPTIVE_GPU_REQUIRED=1 \
                         ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-deferred-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
                         -k "alternate-50 or deferred"
-                    kw=(--configs adaptive-threshold --threshold 0 --closed 32,64 --requests-per-client 6 \
-                        --rates "" --phases "")
-                    step kwdefer-per-step python -m sglang_adaptive.bench "${kw[@]}" --keep-warm none,kv \
-                        --out "$W/kwdefer-per-step"
-                    step kwdefer env SGLANG_ADAPTIVE_KEEP_WARM_DEFER=8 python -m sglang_adaptive.bench "${kw[@]}" \
-                        --keep-warm kv --out "$W/kwdefer" ;;
+                    plaincost kwdefer-per-step "" --keep-warm none,kv
+                    plaincost kwdefer SGLANG_ADAPTIVE_KEEP_WARM_DEFER=8 --keep-warm kv ;;
             ttftgap) for c in plain adaptive-threshold; do
                         step "ttftgap-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/ttftgap-$c/timing" \
                             python -m sglang_adaptive.bench --configs "$c" --threshold 0 --keep-warm none \

@@ -640,8 +640,9 @@ def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoK
         side = os.environ.get(STREAM_ENV, "1") != "0"
         lane = SideStream(eagle_worker.device) if side else SameStream()
         if defer > 1 and keep.check is None:  # the check compares each step's rows at once
-            # Room for `defer` steps of the largest graph batch, and for any one batch.
-            keep.defer(defer, max(defer * max(batch_sizes), keep.dump_slot), lane)
+            # Room for `defer` steps of the largest graph batch, and for any one batch
+            # (at most one row per request slot).
+            keep.defer(defer, max(defer * max(batch_sizes), keep.req_to_token.shape[0]), lane)
         else:
             keep.capture(batch_sizes, lane)
     return keep

@@ -345,6 +345,14 @@ def test_graph_padding_rows_never_reach_an_earlier_steps_slots():
     assert kw.position[:8].tolist() == [-1, 5, 6, 7, 9, 10, -1, -1]
 
 
+def eagle_worker(draft_model, world_size: int, slots: int):
+    """What make_keep_warm reads of an EAGLEWorkerV2: the draft runner and its pool, the
+    request slots."""
+    runner = NS(model=draft_model, token_to_kv_pool=Pool(), tp_group=NS(world_size=world_size))
+    return NS(_draft_worker=NS(draft_runner=runner), topk=1, device="cpu",
+              req_to_token_pool=NS(req_to_token=torch.zeros(slots, 8, dtype=torch.int32)))
+
+
 @pytest.mark.parametrize("world_size, env, captured", [(1, None, [([1, 2, 4], "side")]),
                                                         (1, "0", [([1, 2, 4], "forward stream")]),
                                                         (2, None, [])])
@@ -359,10 +367,8 @@ def test_kv_captures_its_graphs_at_tp_1_only(llama_draft, monkeypatch, world_siz
         monkeypatch.delenv(keepwarm.STREAM_ENV, raising=False)
     else:
         monkeypatch.setenv(keepwarm.STREAM_ENV, env)
-    runner = NS(model=llama_draft, token_to_kv_pool=Pool(), tp_group=NS(world_size=world_size))
     monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
-    worker = NS(_draft_worker=NS(draft_runner=runner), topk=1, device="cpu",
-                req_to_token_pool=NS(req_to_token=torch.zeros(4, 8, dtype=torch.int32)))
+    worker = eagle_worker(llama_draft, world_size=world_size, slots=4)
     kw = keepwarm.make_keep_warm(None, worker, [1, 2, 4])
     assert kw.name == "kv" and calls == captured
     assert keepwarm.make_keep_warm("none", worker, [1]).name == "none"
@@ -609,10 +615,7 @@ def test_deferral_replaces_the_per_step_graphs_unless_checked(llama_draft, monke
     monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
     monkeypatch.setenv(keepwarm.DEFER_ENV, "4")
     monkeypatch.setenv(keepwarm.CHECK_ENV, "1" if check else "0")
-    runner = NS(model=llama_draft, token_to_kv_pool=Pool(), tp_group=NS(world_size=1))
-    worker = NS(_draft_worker=NS(draft_runner=runner), topk=1, device="cpu",
-                req_to_token_pool=NS(req_to_token=torch.zeros(40, 8, dtype=torch.int32)))
-    keepwarm.make_keep_warm(None, worker, [1, 2, 8])
+    keepwarm.make_keep_warm(None, eagle_worker(llama_draft, world_size=1, slots=40), [1, 2, 8])
     assert calls == (["graphs"] if check else [("defer", 4, 40)]), "rows: 4 x 8, or the 40 request slots"
 
 
