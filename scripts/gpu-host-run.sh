@@ -69,6 +69,10 @@
 #               alternate-50 configurations (tokens, tokens per verify and the first step after a
 #               stretch against per-step kv), then its cost always plain at c=32 and 64 beside none
 #               and per-step kv (~12 min)
+#        plainprefill  prefills without the draft's extend while decode runs plain, with deferred kv writes
+#               (both defaults now): the keep-warm test's alternate-50 configurations against the draft's
+#               extend at every prefill (tokens, tokens per verify, first step after a stretch), goodput
+#               at 2.5 and c=64 beside no-spec, then always plain at c=64 with and without (~11 min)
 #        ttftgap  where the adaptive server's longer TTFT at c=64 goes: dummy 8B pair, no-spec against
 #               always-plain without keep-warm, closed c=64, scheduler host time per decode-64 and
 #               extend iteration (sglang_adaptive.hosttime; ~6 min)
@@ -246,14 +250,24 @@ if [ "$cmd" = start ]; then
                         ADAPTIVE_GPU_ONLY=plain,alternate-1-kv,alternate-1-unchecked-kv,alternate-1-no-overlap-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
                         -k "greedy or writes_the or side_stream"
-                    plaincost kwside "" --keep-warm none,kv
-                    plaincost kwsame SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 --keep-warm kv ;;
+                    plaincost kwside SGLANG_ADAPTIVE_KEEP_WARM_DEFER=1 --keep-warm none,kv
+                    plaincost kwsame "SGLANG_ADAPTIVE_KEEP_WARM_STREAM=0 SGLANG_ADAPTIVE_KEEP_WARM_DEFER=1" --keep-warm kv ;;
             kwdefer) step kwdefer-test env ADAPTIVE_GPU_PARALLEL=3 ADAPTIVE_GPU_REQUIRED=1 \
                         ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-deferred-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
                         -k "alternate-50 or deferred"
-                    plaincost kwdefer-per-step "" --keep-warm none,kv
+                    plaincost kwdefer-per-step SGLANG_ADAPTIVE_KEEP_WARM_DEFER=1 --keep-warm none,kv
                     plaincost kwdefer SGLANG_ADAPTIVE_KEEP_WARM_DEFER=8 --keep-warm kv ;;
+            plainprefill) step pp-test env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 \
+                        ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-draft-prefill-kv,alternate-50-deferred-kv \
+                        python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
+                        -k "alternate-50 or deferred or prefills"
+                    sweep pp-goodput --acc-len 2.5 --closed 64 --configs plain,adaptive-goodput
+                    for v in 1 0; do
+                        step "pp-plain-prefill-$v" env SGLANG_ADAPTIVE_PLAIN_PREFILL="$v" python -m sglang_adaptive.bench \
+                            --configs adaptive-threshold --threshold 0 --closed 64 --requests-per-client 8 \
+                            --rates "" --phases "" --out "$W/pp-plain-prefill-$v"
+                    done ;;
             ttftgap) for c in plain adaptive-threshold; do
                         step "ttftgap-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/ttftgap-$c/timing" \
                             python -m sglang_adaptive.bench --configs "$c" --threshold 0 --keep-warm none \

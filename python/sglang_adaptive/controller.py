@@ -51,6 +51,8 @@ class ModeStats:
     # Largest KV reserve (allocated - committed) seen on a plain batch; filled only
     # when the KV audit is on (it loops over requests).
     max_plain_reserve: int = 0
+    # Prefills that ran the target alone (ModeController.prefill_drafts).
+    plain_prefills: int = 0
 
     def record(self, speculative: bool) -> None:
         if speculative:
@@ -70,6 +72,8 @@ class ModeStats:
         )
         if self.max_plain_reserve:
             text += f", max plain KV reserve: {self.max_plain_reserve}"
+        if self.plain_prefills:
+            text += f", prefills without the draft: {self.plain_prefills}"
         return text
 
 
@@ -146,6 +150,10 @@ class ModeController:
         """None: keep upstream's reserve (2 x alloc_len)."""
         return None
 
+    def prefill_drafts(self) -> bool:
+        """Whether the next prefill runs the draft's extend over its prompt, as upstream."""
+        return True
+
     def on_prepare(self, speculative: bool, batch_size: int = 0, forward_iter: int | None = None) -> None:
         pass
 
@@ -173,9 +181,13 @@ class AdaptiveModeController(ModeController):
         clock: Callable[[], float] = time.perf_counter,
         telemetry: NoTelemetry | None = None,
         plain_grammar: bool = True,
+        plain_prefill: bool = False,
     ):
         super().__init__(policy)
         self.plain_grammar = plain_grammar
+        # Whether the worker can prefill with the target alone (its keep-warm writes
+        # the draft's K/V of the prompt): known once the keep-warm is built.
+        self.plain_prefill = plain_prefill
         self.spec_width = spec_width
         self.log_interval = log_interval
         self.audit_enabled = audit_kv
@@ -211,6 +223,18 @@ class AdaptiveModeController(ModeController):
         if speculative:
             return None
         return plain_kv_reserve(self.last_decode_width, overlap)
+
+    def prefill_drafts(self) -> bool:
+        """Whether a prefill runs the draft's extend over its prompt. Not while decode
+        runs plain: its requests will most likely decode plain first, and the keep-warm
+        writes the draft's K/V of the prompt for a fraction of what the extend costs
+        (no draft attention, MLP or lm_head); the first speculative step drafts from its
+        stash either way. Decided from the last decode batch's mode, the same on every
+        rank."""
+        drafts = not self.plain_prefill or self.stats.last_speculative is not False
+        if not drafts:
+            self.stats.plain_prefills += 1
+        return drafts
 
     def on_prepare(self, speculative: bool, batch_size: int = 0, forward_iter: int | None = None) -> None:
         self._time_step(speculative, batch_size, forward_iter)

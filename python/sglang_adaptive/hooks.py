@@ -26,6 +26,9 @@ HOOKS: tuple[Hook, ...] = (
          scheduler_hooks.around_check_decode_mem),
     Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_decode", "AROUND",
          scheduler_hooks.around_prepare_for_decode),
+    # Prefill mode: whether a prefill runs the draft's extend or only the target.
+    Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend", "AFTER",
+         scheduler_hooks.after_prepare_for_extend),
     # KV reserve per request: the plain reserve replaces 2 x alloc_len for plain batches.
     Hook("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", "AROUND",
          scheduler_hooks.around_get_alloc_reserve_per_decode),

@@ -67,7 +67,9 @@ TARGETS = (
     "torch.cuda:synchronize",
 )
 
-_stats: dict = defaultdict(lambda: [0, 0.0])
+# (bucket, function) -> [calls, seconds, longest call's seconds]: the longest call tells
+# a one-off (a kernel compiled on first use) from a cost every call pays.
+_stats: dict = defaultdict(lambda: [0, 0.0, 0.0])
 _state = {"bs": "idle", "last_dump": 0.0, "dir": None}
 
 
@@ -94,8 +96,10 @@ def _wrap(name, fn):
             return fn(*args, **kwargs)
         finally:
             cell = stats[(state["bs"], name)]
+            dt = perf() - t0
             cell[0] += 1
-            cell[1] += perf() - t0
+            cell[1] += dt
+            cell[2] = max(cell[2], dt)
             if is_run_batch and t0 - state["last_dump"] > DUMP_EVERY_S:
                 state["last_dump"] = t0
                 dump()
@@ -116,14 +120,16 @@ def _on_gc(phase: str, info: dict) -> None:
     t0 = _state.pop("gc_t0", None)
     if t0 is not None:
         cell = _stats[(_state["bs"], f"gc.gen{info.get('generation', '?')}")]
+        dt = time.perf_counter() - t0
         cell[0] += 1
-        cell[1] += time.perf_counter() - t0
+        cell[1] += dt
+        cell[2] = max(cell[2], dt)
 
 
 def dump() -> None:
     out: dict = {"pid": os.getpid(), "buckets": {}}
-    for (bucket, name), (calls, seconds) in list(_stats.items()):
-        out["buckets"].setdefault(bucket, {})[name] = {"calls": calls, "s": seconds}
+    for (bucket, name), (calls, seconds, longest) in list(_stats.items()):
+        out["buckets"].setdefault(bucket, {})[name] = {"calls": calls, "s": seconds, "max_s": longest}
     path = os.path.join(_state["dir"], f"hosttime-{os.getpid()}.json")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

@@ -63,8 +63,13 @@ CHECK_LOG_EVERY = 20
 # before the side stream: a way back, and the measurement's other half.
 STREAM_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_STREAM"
 # N > 1: the writes of up to N plain steps wait and are computed together
-# (``DeferredWrites``), so the writer's weights are read once per N steps.
+# (``DeferredWrites``), so the writer's weights are read once per N steps; 1 writes
+# every step through the per-step graphs.
 DEFER_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_DEFER"
+# 8B pair, H200, always plain: the writer's share of a steady plain step fell from 0.7%
+# (per step) to 0.25-0.4% at 8, with the same tokens and acceptance on the tiny pair
+# (benchmark/results/2026-12-01-h200-deferral-plain-prefill).
+DEFAULT_DEFER_STEPS = 8
 
 # Draft model classes the K/V writer knows, and the one pool class it writes.
 KV_DRAFT_CLASSES = ("LlamaForCausalLMEagle3",)
@@ -79,6 +84,8 @@ class NoKeepWarm:
     # True where the plain step reads scheduler buffers (req_to_token) after its target
     # graph: the scheduler's WAR barrier must then wait for the whole step.
     reads_after_forward = False
+    # Whether ``prefill`` (kv's) can stand in for the draft's extend of a prefill.
+    writes_prefill = False
 
     def before_plain(self, batch, new_seq_lens, loc):
         """Called before the plain forward is enqueued; returns what ``after_plain`` needs.
@@ -476,6 +483,7 @@ class KVKeepWarm(NoKeepWarm):
     """``kv``: the K/V of each plain position, one draft pass when speculation resumes."""
 
     name = KEEP_WARM_KV
+    writes_prefill = True
 
     def __init__(self, writer: LlamaKVWriter, draft_pass: DraftPass, req_to_token, device, check=False):
         self.writer, self.draft_pass, self.req_to_token = writer, draft_pass, req_to_token
@@ -605,6 +613,44 @@ class KVKeepWarm(NoKeepWarm):
         # A slot's new request must not inherit its old request's pending position.
         self.position[batch.req_pool_indices] = -1
 
+    def prefill(self, batch, aux, next_token_ids):
+        """A prefill without the draft's extend: the draft K/V of every prompt position
+        written as a plain step writes one (position i: the token after it, the target's
+        aux hidden at i), and each request's last position stashed, so the first
+        speculative step drafts from it (``before_spec``) as from a plain step's. Returns
+        (topk_p, topk_index, hidden) of upstream's shapes for the FutureMap: the draft
+        state those steps replace (zeros; a plain step passes it on unread)."""
+        # After the writes in flight and the waiting rows: a reused slot ends with this
+        # prefill's row.
+        self._fence()
+        device = aux.device
+        bs = len(batch.extend_lens)
+        # One host-to-device copy, as upstream's ForwardBatch takes the same lists.
+        lens = torch.tensor(batch.extend_lens + batch.prefix_lens, dtype=torch.int64).to(device, non_blocking=True)
+        extend_lens, prefix_lens = lens[:bs], lens[bs:]
+        ends = torch.cumsum(extend_lens, 0) - 1
+        row_req = torch.repeat_interleave(torch.arange(bs, device=device), extend_lens,
+                                          output_size=batch.extend_num_tokens)
+        # A row's position: its request's prefix length plus the row's place in the request.
+        offsets = (prefix_lens - ends - 1 + extend_lens)[row_req]
+        positions = torch.arange(batch.extend_num_tokens, device=device) + offsets
+        # Each row's input token is the next one: the prompt shifted left within its
+        # request, then the sampled token (for a chunk that is not a prompt's last, the
+        # chunk's next prompt token, as upstream's draft extend takes it).
+        ids = torch.empty_like(batch.input_ids, dtype=torch.int64)
+        ids[:-1] = batch.input_ids[1:]
+        ids[ends] = up.eagle_prefill_tail_tokens(batch, next_token_ids).to(torch.int64)
+        hidden = self.writer.write(ids, aux, positions, batch.out_cache_loc)
+        slots = batch.req_pool_indices
+        self.hidden[slots] = hidden[ends].to(self.hidden.dtype)
+        self.position[slots] = positions[ends]
+        self.pending = True
+        topk = self.draft_pass.topk
+        # The Llama EAGLE-3 draft carries its hidden size (fc's output) between steps.
+        return (torch.zeros(bs, topk, dtype=torch.float32, device=device),
+                torch.zeros(bs, topk, dtype=torch.int64, device=device),
+                torch.zeros(bs, self.hidden.shape[1], dtype=self.hidden.dtype, device=device))
+
 
 def resolve(requested: str | None, model, pool) -> str:
     """The strategy to run: the requested one, or the default for this draft: kv where
@@ -651,7 +697,7 @@ def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoK
 def deferred_steps(value: str | None) -> int:
     """``DEFER_ENV``'s value: plain steps per deferred write (1: write every step)."""
     if value is None or value == "":
-        return 1
+        return DEFAULT_DEFER_STEPS
     if not value.isdigit() or int(value) < 1:
         raise ConfigError(f"sglang_adaptive: {DEFER_ENV} must be a whole number of plain steps, at least 1, "
                           f"got {value!r}.")

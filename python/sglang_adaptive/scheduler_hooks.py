@@ -66,6 +66,19 @@ def around_prepare_for_decode(original, self):
         controller.audit_kv(self.reqs)
 
 
+def after_prepare_for_extend(result, self):
+    """Record on a prefill batch whether it runs the draft's extend (``BATCH_FLAG``,
+    ``ModeController.prefill_drafts``). Prompts with multimodal or embedding inputs
+    always do: the draft embeds them as the target did, the keep-warm writer from
+    token ids alone."""
+    if self.spec_algorithm.is_none():
+        return result
+    embeds = self.input_embeds is not None or self.replace_embeds is not None or any(
+        m is not None for m in self.multimodal_inputs or ())
+    setattr(self, ctl.BATCH_FLAG, embeds or ctl.current().prefill_drafts())
+    return result
+
+
 def around_alloc_for_spec_decode(original, tree_cache, req_to_token_pool, *, nxt_kv_lens_cpu, **kwargs):
     # Upstream ends with `for i, req in enumerate(reqs): ... int(nxt_kv_lens_cpu[i])`,
     # a tensor select and item per request: about 1 ms a step at 128 requests on the

@@ -50,6 +50,9 @@ SYMBOLS: dict[str, str] = {
     # Draft keep-warm (keepwarm.py): a width-1 draft extend, as upstream's after verify.
     "EagleDraftExtendInput": "sglang.srt.speculative.eagle_info.EagleDraftExtendInput",
     "prepare_for_draft_extend": "sglang.srt.speculative.eagle_worker_common.prepare_for_draft_extend",
+    # A prefill without the draft's extend (keepwarm.KVKeepWarm.prefill): each request's
+    # last draft input token, as upstream's draft extend of a prefill takes it.
+    "eagle_prefill_tail_tokens": "sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens",
     "get_spec": "sglang.srt.runtime_context.get_spec",
     "sample_draft_proposal": "sglang.srt.speculative.spec_utils.sample_draft_proposal",
     "renorm_draft_probs": "sglang.srt.speculative.spec_utils.renorm_draft_probs",
@@ -95,9 +98,11 @@ ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("TpModelWorker", "model_runner"),
     ("ForwardBatch", "init_new"),
     ("ForwardMode", "DECODE"),
+    ("ForwardMode", "EXTEND"),
     ("ForwardMode", "is_decode"),
     ("CaptureHiddenMode", "NULL"),
     ("CaptureHiddenMode", "LAST"),
+    ("CaptureHiddenMode", "FULL"),
     ("SpeculativeAlgorithm", "NONE"),
     ("SpeculativeAlgorithm", "is_none"),
     ("SpeculativeAlgorithm", "is_eagle3"),
@@ -119,6 +124,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "reqs", "spec_algorithm", "spec_info", "forward_mode", "is_extend_in_batch",
         "has_grammar", "enable_overlap", "input_ids", "out_cache_loc", "req_pool_indices",
         "seq_lens", "seq_lens_cpu", "seq_lens_sum", "forward_iter",
+        # A prefill without the draft's extend.
+        "extend_lens", "prefix_lens", "extend_num_tokens", "multimodal_inputs", "input_embeds",
+        "replace_embeds",
     ),
     "GenerationBatchResult": (
         "next_token_ids", "next_draft_input", "new_seq_lens", "accept_lens",
@@ -131,7 +139,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "EagleDraftInput": (
         "bonus_tokens", "topk_p", "topk_index", "hidden_states", "draft_probs",
-        "dsa_topk_indices", "capture_hidden_mode",
+        "dsa_topk_indices", "capture_hidden_mode", "num_tokens_per_req", "num_tokens_for_logprob_per_req",
     ),
     "ReqKvInfo": ("kv_allocated_len",),
     "SchedulerMetricsReporter": ("scheduler",),
@@ -214,7 +222,7 @@ PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation",
      ("batch", "on_publish", "grammar_barrier")),
     ("sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation",
-     ("batch", "forward_batch", "is_verify")),
+     ("batch", "forward_batch", "is_verify", "capture_hidden_mode")),
     # A constrained plain step samples itself, after the grammar barrier.
     ("sglang.srt.model_executor.model_runner.ModelRunner.sample", ("logits_output", "forward_batch")),
     ("sglang.srt.managers.scheduler_components.batch_result_processor."
@@ -227,6 +235,7 @@ PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
       "cuda_graph_runner", "return_hidden_states_before_norm")),
     ("sglang.srt.speculative.spec_utils.sample_draft_proposal", ("next_token_logits", "temperatures")),
     ("sglang.srt.utils.common.fast_topk", ("values", "topk", "dim")),
+    ("sglang.srt.speculative.eagle_utils._eagle_prefill_tail_tokens", ("batch", "next_token_ids")),
     ("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer",
      ("layer", "loc_info", "cache_k", "cache_v")),
 )

@@ -40,6 +40,9 @@ AUDIT_KV_ENV = "SGLANG_ADAPTIVE_AUDIT_KV"
 # them plain with the grammar mask (the default since test/gpu/test_grammar_plain.py
 # passed on a GPU): a way back if a grammar backend misbehaves in plain batches.
 PLAIN_GRAMMAR_ENV = "SGLANG_ADAPTIVE_PLAIN_GRAMMAR"
+# "0" runs the draft's extend at every prefill, as upstream, also while decode runs
+# plain (where by default the keep-warm writes the prompt's draft K/V instead).
+PLAIN_PREFILL_ENV = "SGLANG_ADAPTIVE_PLAIN_PREFILL"
 
 
 class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
@@ -108,10 +111,15 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         if self.speculative_algorithm.is_eagle3():
             self._keep_warm = keepwarm.make_keep_warm(
                 self._keep_warm_request, self, captured_batch_sizes(self._plain_state))
+        # Rejection sampling carries draft probabilities the keep-warm's prefill leaves out.
+        self.controller.plain_prefill = (
+            self._keep_warm.writes_prefill and os.environ.get(PLAIN_PREFILL_ENV, "1") != "0"
+            and not up.get_spec().speculative_use_rejection_sampling)
         up.log_info_on_rank0(
             logger,
             f"AdaptiveEAGLE draft keep-warm: {self._keep_warm.name}, "
-            f"stash={self._keep_warm.stash_bytes / 2**20:.1f} MiB, {self._keep_warm.describe_graphs()}",
+            f"stash={self._keep_warm.stash_bytes / 2**20:.1f} MiB, {self._keep_warm.describe_graphs()}"
+            + ("; prefills while plain write the draft's K/V only" if self.controller.plain_prefill else ""),
         )
 
     @property
@@ -135,6 +143,9 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         decode = batch.forward_mode.is_decode() and not batch.is_extend_in_batch
         if decode and not getattr(batch, ctl.BATCH_FLAG, True):
             return self._forward_plain(batch, on_publish, grammar_barrier)
+        if (batch.forward_mode == up.ForwardMode.EXTEND and not batch.is_extend_in_batch
+                and not getattr(batch, ctl.BATCH_FLAG, True)):
+            return self._prefill_plain(batch, on_publish)
         self._war_runner = self._draft_worker.draft_runner
         if decode:
             self._keep_warm.before_spec(batch)
@@ -143,6 +154,26 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
         return super().forward_batch_generation(
             batch, on_publish=on_publish, grammar_barrier=grammar_barrier
         )
+
+    def _prefill_plain(self, batch, on_publish):
+        """A prefill of the target alone (``ModeController.prefill_drafts``): the
+        keep-warm writes the draft's K/V of the prompt instead of the draft's extend.
+        The spec-v2 conventions of upstream's prefill hold: the target captures every
+        position's aux hidden states, the next step expects the prompt's length, and
+        it is published once the target is enqueued."""
+        runner = self._target_worker.model_runner
+        self._war_runner = runner  # the keep-warm reads no scheduler buffer after it
+        result = self._target_worker.forward_batch_generation(batch, capture_hidden_mode=up.CaptureHiddenMode.FULL)
+        result.new_seq_lens = batch.seq_lens
+        if on_publish is not None:
+            on_publish(result.new_seq_lens)
+        topk_p, topk_index, hidden = self._keep_warm.prefill(
+            batch, result.logits_output.hidden_states, result.next_token_ids)
+        result.next_draft_input = up.EagleDraftInput(
+            topk_p=topk_p, topk_index=topk_index, hidden_states=hidden, bonus_tokens=result.next_token_ids,
+            num_tokens_per_req=1, num_tokens_for_logprob_per_req=1,
+        )
+        return result
 
     def _forward_plain(self, batch, on_publish, grammar_barrier=None):
         runner = self._target_worker.model_runner

@@ -127,3 +127,20 @@ def test_recovery_profile_files_each_verify_under_its_place_after_a_plain_stretc
     assert re.search(ctl.RECOVERY_LOG_PATTERN, line)
     assert Run(results=[], log=line).recovery() == {
         "min_stretch": 3, "steps": {1: (7.5, 2), 2: (8.0, 2), "deep": (8.75, 4)}}
+
+
+def test_prefills_run_the_draft_unless_decode_runs_plain_and_the_worker_can_skip_it():
+    assert ctl.ModeController().prefill_drafts() is True, "upstream: every prefill drafts"
+    c = ctl.AdaptiveModeController(AlternatePolicy(1), spec_width=4, plain_prefill=True)
+    assert c.prefill_drafts() is True, "before any decode batch"
+    c.on_prepare(True)
+    assert c.prefill_drafts() is True
+    c.on_prepare(False)
+    assert c.prefill_drafts() is False and c.prefill_drafts() is False
+    assert c.stats.plain_prefills == 2
+    assert c.stats.summary().endswith(", prefills without the draft: 2")
+    c.on_prepare(True)
+    assert c.prefill_drafts() is True and c.stats.plain_prefills == 2
+    cannot = ctl.AdaptiveModeController(AlternatePolicy(1), spec_width=4)
+    cannot.on_prepare(False)
+    assert cannot.prefill_drafts() is True and "prefills" not in cannot.stats.summary()

@@ -33,6 +33,6 @@ def test_every_target_exists_and_calls_are_bucketed_by_decode_batch_size(tmp_pat
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
     (dump,) = tmp_path.glob("hosttime-*.json")
     cell = json.loads(dump.read_text())["buckets"]["decode-3"]["sglang.srt.managers.scheduler:Scheduler.run_batch"]
-    assert cell["calls"] == 1 and cell["s"] >= 0
+    assert cell["calls"] == 1 and cell["s"] >= 0 and cell["max_s"] == cell["s"]
     gc_cell = json.loads(dump.read_text())["buckets"]["decode-3"]["gc.gen1"]
-    assert gc_cell["calls"] >= 1 and gc_cell["s"] > 0
+    assert gc_cell["calls"] >= 1 and gc_cell["s"] > 0 and 0 < gc_cell["max_s"] <= gc_cell["s"]

@@ -158,6 +158,8 @@ class FakeWriter:
 
 
 class FakePass:
+    topk = 1
+
     def __init__(self):
         self.calls = []
 
@@ -363,6 +365,7 @@ def test_kv_captures_its_graphs_at_tp_1_only(llama_draft, monkeypatch, world_siz
     monkeypatch.setattr(keepwarm.KVKeepWarm, "capture",
                         lambda self, sizes, lane: calls.append((sizes, getattr(lane, "name", lane))))
     monkeypatch.setattr(keepwarm, "SideStream", lambda device: "side")
+    monkeypatch.setenv(keepwarm.DEFER_ENV, "1")  # per-step writes: the graphs
     if env is None:
         monkeypatch.delenv(keepwarm.STREAM_ENV, raising=False)
     else:
@@ -593,7 +596,7 @@ def test_deferred_buffers_take_turns_on_the_side_stream():
     assert kw.draft_pass.calls[0]["loc"] == [kw.req_to_token[2, 14].item()], "every row landed before the pass"
 
 
-@pytest.mark.parametrize("value, steps", [(None, 1), ("", 1), ("1", 1), ("8", 8)])
+@pytest.mark.parametrize("value, steps", [(None, 8), ("", 8), ("1", 1), ("4", 4)])
 def test_the_deferral_setting(value, steps):
     assert keepwarm.deferred_steps(value) == steps
 
@@ -719,3 +722,58 @@ def test_the_check_reports_how_far_the_draft_extend_rewrote_the_rows(caplog):
     line = caplog.records[-1].getMessage()
     m = re.search(keepwarm.CHECK_LOG_PATTERN, line)
     assert m and m.groups() == ("1", "5.000e-01", "0.000e+00", "1.500e+00", "2.000e+00")
+
+
+# -- kv: a prefill without the draft's extend ---------------------------------------
+
+
+def prefill_batch(chunked_next=None):
+    """Slot 2: 3 cached tokens + 4 new (10-13); slot 5: 2 new (20, 21). KV slots 100-105."""
+    reqs = [object(), object()]
+    return NS(extend_lens=[4, 2], prefix_lens=[3, 0], extend_num_tokens=6,
+              input_ids=torch.tensor([10, 11, 12, 13, 20, 21]), out_cache_loc=torch.arange(100, 106),
+              req_pool_indices=torch.tensor([2, 5]), reqs=reqs,
+              chunked_req=reqs[0] if chunked_next is not None else None,
+              chunked_req_next_prompt_token=chunked_next)
+
+
+@pytest.mark.parametrize("chunked_next", [None, 77])
+def test_a_prefill_writes_every_prompt_position_and_stashes_the_last(chunked_next):
+    kw, _ = kv_keep_warm()
+    aux = torch.arange(6 * 12, dtype=torch.float32).reshape(6, 12)
+    topk_p, topk_index, hidden = kw.prefill(prefill_batch(chunked_next), aux, torch.tensor([50, 60]))
+    (ids, positions, loc), = kw.writer.calls
+    # Position i takes the token after it; a prompt's last takes the sampled token, or,
+    # for a chunk with more prompt to come, the chunk's next prompt token.
+    assert ids == [11, 12, 13, 50 if chunked_next is None else 77, 21, 60]
+    assert positions == [3, 4, 5, 6, 0, 1] and loc == [100, 101, 102, 103, 104, 105]
+    assert kw.position[[2, 5]].tolist() == [6, 1]
+    torch.testing.assert_close(kw.hidden[[2, 5]], aux[[3, 5], :4] + 100)
+    assert kw.pending
+    assert topk_p.shape == (2, 1) and topk_p.dtype == torch.float32
+    assert topk_index.shape == (2, 1) and topk_index.dtype == torch.int64
+    assert hidden.shape == (2, 4) and hidden.dtype == kw.hidden.dtype
+
+
+def test_the_first_speculative_step_after_a_plain_prefill_drafts_from_its_last_position():
+    kw, req_to_token = kv_keep_warm()
+    aux = torch.arange(6 * 12, dtype=torch.float32).reshape(6, 12)
+    kw.prefill(prefill_batch(), aux, torch.tensor([50, 60]))
+    batch = spec_batch([5, 2], [2, 7], [60, 50])
+    kw.before_spec(batch)
+    (call,) = kw.draft_pass.calls
+    assert call["ids"] == [60, 50] and call["prefix"] == [1, 6]
+    assert call["loc"] == [req_to_token[5, 1].item(), req_to_token[2, 6].item()]
+    torch.testing.assert_close(call["hidden"], aux[[5, 3], :4] + 100)
+    assert batch.spec_info.topk_index[:, 0].tolist() == [1060, 1050]
+
+
+def test_a_plain_prefill_writes_after_the_writes_in_flight():
+    """A finished request's last write may target the slot this prefill reuses: the
+    prefill's row and stash must land after it."""
+    kw, _ = kv_keep_warm([1, 4], DeferredLane())
+    plain_step(kw, [2], [20], [9])
+    assert kw.lane.queue, "the plain step's write is in flight"
+    kw.prefill(prefill_batch(), torch.zeros(6, 12), torch.tensor([50, 60]))
+    assert kw.lane.queue == []
+    assert kw.position[2].item() == 6, "the prefill's stash, not the old request's"

@@ -203,3 +203,27 @@ def test_batch_of_a_server_without_speculation_is_not_marked(plugins):
     assert around_prepare_for_decode(lambda b: calls.append(b) or "prepared", batch) == "prepared"
     assert calls == [batch] and not hasattr(batch, ctl.BATCH_FLAG)
     assert (c.stats.spec_batches, c.stats.plain_batches) == (0, 0)
+
+
+@pytest.mark.parametrize("embeds", [None, "input_embeds", "replace_embeds", "multimodal_inputs"])
+def test_a_prefill_batch_records_whether_it_runs_the_draft(plugins, embeds):
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from sglang_adaptive.scheduler_hooks import after_prepare_for_extend
+
+    c = ctl.AdaptiveModeController(ThresholdPolicy(0), spec_width=NUM_DRAFT_TOKENS, plain_prefill=True)
+    ctl.install(c)
+    c.on_prepare(False)
+    batch = NS(spec_algorithm=SpeculativeAlgorithm.EAGLE3, input_embeds=None, replace_embeds=None,
+               multimodal_inputs=[None, None])
+    if embeds == "multimodal_inputs":
+        batch.multimodal_inputs = [None, object()]
+    elif embeds:
+        setattr(batch, embeds, torch.zeros(2, 4))
+    assert after_prepare_for_extend("prepared", batch) == "prepared"
+    # The keep-warm writer embeds token ids: prompts with other embeddings take the draft.
+    assert getattr(batch, ctl.BATCH_FLAG) is (embeds is not None)
+    assert c.stats.plain_prefills == (embeds is None)
+    none = NS(spec_algorithm=SpeculativeAlgorithm.NONE)
+    after_prepare_for_extend(None, none)
+    assert not hasattr(none, ctl.BATCH_FLAG)

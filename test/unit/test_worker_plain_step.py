@@ -259,7 +259,10 @@ def test_speculative_step_after_a_plain_one_fences_on_the_draft_runner(step, ups
 
 
 @pytest.mark.parametrize("mode, extend_in_batch, flag", [
-    ("EXTEND", False, False),  # prefill: always upstream's path
+    ("EXTEND", False, None),   # a prefill prepare_for_extend did not mark
+    ("EXTEND", False, True),   # a prefill that runs the draft's extend
+    ("EXTEND", True, False),   # an extend among DP ranks' batches
+    ("MIXED", False, False),   # a prefill mixed with decode requests
     ("DECODE", True, False),   # mixed batch with an extend part
     ("DECODE", False, None),   # a batch prepare_for_decode did not mark
 ])
@@ -496,3 +499,71 @@ def test_attention_backends_include_the_plain_one():
         "verify-backend", "draft-backend", "draft-runner-backend", "plain-backend")
     worker._plain_state = None  # before init_cuda_graphs
     assert worker.spec_v2_attn_backends == ("verify-backend", "draft-backend", "draft-runner-backend")
+
+
+class PrefillKeepWarm(keepwarm.NoKeepWarm):
+    writes_prefill = True
+
+    def __init__(self, events):
+        self.events = events
+
+    def prefill(self, batch, aux, next_token_ids):
+        self.events.append(("keep-warm prefill", aux.tolist(), next_token_ids.tolist()))
+        return torch.full((2, 1), 0.5), torch.full((2, 1), 3), torch.full((2, 8), 2.0)
+
+    def on_prefill(self, batch):
+        self.events.append("keep-warm on_prefill")
+
+
+@pytest.mark.parametrize("drafts", [False, True])
+def test_a_prefill_runs_the_target_alone_when_the_scheduler_says_so(monkeypatch, drafts):
+    events = []
+    runner = spec_runner()
+
+    def forward(batch, capture_hidden_mode=None):
+        events.append(("target", batch, capture_hidden_mode))
+        return up.GenerationBatchResult(logits_output=NS(hidden_states=torch.ones(3, 2)),
+                                        next_token_ids=torch.tensor([7, 8]))
+
+    monkeypatch.setattr(up.EAGLEWorkerV2, "forward_batch_generation",
+                        lambda self, batch, on_publish=None, grammar_barrier=None: events.append("upstream"))
+    worker = plain_worker(runner, forward, None)
+    worker._keep_warm = PrefillKeepWarm(events)
+    batch = NS(forward_mode=up.ForwardMode.EXTEND, is_extend_in_batch=False, seq_lens=torch.tensor([2, 1]))
+    setattr(batch, ctl.BATCH_FLAG, drafts)
+    result = worker.forward_batch_generation(batch, on_publish=lambda lens: events.append(("publish", lens.tolist())))
+    if drafts:
+        assert events == ["keep-warm on_prefill", "upstream"]
+        assert worker.war_fastpath_runner == "draft-runner", "the draft's extend reads last"
+        return
+    # As upstream's prefill: every position's aux hidden states, the prompt length
+    # published once the target is enqueued, then the draft's K/V.
+    assert events == [("target", batch, up.CaptureHiddenMode.FULL), ("publish", [2, 1]),
+                      ("keep-warm prefill", [[1.0, 1.0]] * 3, [7, 8])]
+    nxt = result.next_draft_input
+    assert nxt.bonus_tokens.tolist() == [7, 8] and nxt.topk_index.tolist() == [[3], [3]]
+    assert nxt.topk_p.tolist() == [[0.5], [0.5]] and nxt.hidden_states.shape == (2, 8)
+    assert result.new_seq_lens.tolist() == [2, 1]
+    assert worker.war_fastpath_runner is runner, "the target reads the scheduler's buffers last"
+
+
+@pytest.mark.parametrize("rejection, env, plain_prefill", [
+    (False, None, True), (False, "0", False), (True, None, False)])
+def test_prefills_skip_the_draft_only_where_the_keep_warm_can_write_them(built, monkeypatch, rejection, env,
+                                                                          plain_prefill):
+    import sglang_adaptive.worker as worker_mod
+
+    worker = built.build("--speculative-disable-batch-threshold", "16")
+    monkeypatch.setattr(up.EAGLEWorkerV2, "init_cuda_graphs", lambda self: None)
+    monkeypatch.setattr(worker_mod, "build_plain_state", lambda *a, **k: (
+        ModeState("b", NS(capture_bs=[1]), up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST), 0.0, 0.0))
+    monkeypatch.setattr(keepwarm, "make_keep_warm", lambda *a: PrefillKeepWarm([]))
+    monkeypatch.setattr(up, "get_spec", lambda: NS(speculative_use_rejection_sampling=rejection))
+    if env is None:
+        monkeypatch.delenv(worker_mod.PLAIN_PREFILL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(worker_mod.PLAIN_PREFILL_ENV, env)
+    worker.init_cuda_graphs()
+    # Rejection sampling relays draft probabilities the keep-warm's prefill has none of.
+    assert worker.controller.plain_prefill is plain_prefill
+    assert built.logs[-1].endswith("; prefills while plain write the draft's K/V only") is plain_prefill
