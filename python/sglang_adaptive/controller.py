@@ -34,11 +34,11 @@ RESULT_FLAG = "adaptive_plain"
 RESULT_DRAFT_FLAG = "adaptive_draft_state"
 
 # ModeStats.summary() as logged ("AdaptiveEAGLE " + summary), for the tools that read
-# it back (GPU tests, benchmark): groups total, plain, speculative, switches and the
-# optional max plain KV reserve.
+# it back (GPU tests, benchmark): groups total, plain, speculative, switches, the
+# optional max plain KV reserve and the optional count of prefills without the draft.
 STATS_LOG_PATTERN = (
     r"AdaptiveEAGLE decode batches: (\d+) \(plain (\d+), [\d.]+%; speculative (\d+)\), "
-    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?"
+    r"switches: (\d+)(?:, max plain KV reserve: (\d+))?(?:, prefills without the draft: (\d+))?"
 )
 
 

@@ -415,9 +415,10 @@ class Run:
         for line in self._lines_with("AdaptiveEAGLE decode batches"):
             m = STATS_RE.search(line)
             if m:
-                total, plain, spec, switches, reserve = m.groups()
+                total, plain, spec, switches, reserve, prefills = m.groups()
                 out[_tp_rank(line)] = dict(total=int(total), plain=int(plain), spec=int(spec),
-                                           switches=int(switches), max_reserve=int(reserve or 0))
+                                           switches=int(switches), max_reserve=int(reserve or 0),
+                                           plain_prefills=int(prefills or 0))
         return out
 
     def replays(self, mode: str, rank: int = 0) -> int:

@@ -70,7 +70,6 @@ DEFERRED = "alternate-50-deferred-kv"
 # alternate-50-kv with every prefill running the draft's extend (as upstream): what the
 # keep-warm's prefill (the default while decode runs plain) is measured against.
 DRAFT_PREFILL = "alternate-50-draft-prefill-kv"
-PLAIN_PREFILLS_PATTERN = r"prefills without the draft: (\d+)"
 TOKENS_PER_STEP = 4  # --speculative-num-draft-tokens: a verify accepts 1 to 4 tokens
 
 
@@ -163,7 +162,6 @@ def write_rows(out: dict) -> None:
         elif strategy is not None:
             row["tokens_per_verify"] = round(run.spec_accept_length(), 3)
             row.update(run.stats())
-            row["plain_prefills"] = plain_prefills(run)
             profile = run.recovery()
             if profile:
                 steps = profile["steps"]
@@ -257,11 +255,6 @@ def assert_first_step_matches(run, reference):
         f"1st step after a stretch {first:.3f} < {first_ref:.3f} - {tolerance:.3f} ({n} and {n_ref} verifies)"
 
 
-def plain_prefills(run) -> int:
-    found = re.findall(PLAIN_PREFILLS_PATTERN, run.log)
-    return int(found[-1]) if found else 0
-
-
 def test_prefills_while_plain_write_the_draft_k_v_the_draft_extend_would(runs):
     """alternate-50 prefills in its plain stretches too: there the target prefills
     alone and the keep-warm writes the prompt's draft K/V. Against the same server with
@@ -270,8 +263,8 @@ def test_prefills_while_plain_write_the_draft_k_v_the_draft_extend_would(runs):
     requests prefilled in the stretch first draft)."""
     plain, drafted = served(runs, label_of("alternate-50", "kv"), DRAFT_PREFILL)
     assert "prefills while plain write the draft's K/V only" in plain.log
-    assert plain_prefills(plain) > 0, "no prefill ran without the draft"
-    assert plain_prefills(drafted) == 0 and "prefills while plain" not in drafted.log
+    assert plain.stats()["plain_prefills"] > 0, "no prefill ran without the draft"
+    assert drafted.stats()["plain_prefills"] == 0 and "prefills while plain" not in drafted.log
     got, want = plain.spec_accept_length(), drafted.spec_accept_length()
     assert got >= want - UNCHECKED_TOLERANCE, f"kv prefill {got:.3f} < draft extend {want:.3f} - {UNCHECKED_TOLERANCE}"
     assert_first_step_matches(plain, drafted)

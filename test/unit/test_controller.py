@@ -55,10 +55,11 @@ def test_stats_line_is_what_the_readers_parse():
     for speculative in (True, False, False, True):
         stats.record(speculative)
     stats.max_plain_reserve = 2
+    stats.plain_prefills = 3
     m = re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary())
-    assert m and m.groups() == ("4", "2", "2", "2", "2")
-    stats.max_plain_reserve = 0
-    assert re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary()).group(5) is None
+    assert m and m.groups() == ("4", "2", "2", "2", "2", "3")
+    stats.max_plain_reserve = stats.plain_prefills = 0
+    assert re.search(STATS_LOG_PATTERN, "AdaptiveEAGLE " + stats.summary()).groups()[4:] == (None, None)
 
 
 def _req(allocated, committed):

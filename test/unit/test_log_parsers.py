@@ -16,12 +16,16 @@ LOG = (Path(__file__).resolve().parents[1] / "fixtures" / "server-logs" / "thres
 
 
 def test_stats_reads_the_last_mode_counter_line():
-    assert Run([], LOG).stats() == dict(total=1728, plain=333, spec=1395, switches=3, max_reserve=6)
+    assert Run([], LOG).stats() == dict(total=1728, plain=333, spec=1395, switches=3, max_reserve=6,
+                                        plain_prefills=0)
 
 
 def test_stats_without_the_reserve_group_and_without_any_line():
     line = "[t] AdaptiveEAGLE decode batches: 1351 (plain 1, 0.1%; speculative 1350), switches: 1\n"
-    assert Run([], line).stats() == dict(total=1351, plain=1, spec=1350, switches=1, max_reserve=0)
+    assert Run([], line).stats() == dict(total=1351, plain=1, spec=1350, switches=1, max_reserve=0,
+                                         plain_prefills=0)
+    line = line[:-1] + ", prefills without the draft: 29\n"
+    assert Run([], line).stats()["plain_prefills"] == 29
     with pytest.raises(AssertionError, match="no AdaptiveEAGLE statistics"):
         Run([], "Decode batch, #running-req: 4, #queue-req: 0\n").stats()
 

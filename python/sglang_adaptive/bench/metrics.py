@@ -92,7 +92,7 @@ def summarize(records, seconds: float) -> dict:
 def mode_samples(log_text: str) -> list[tuple[float, int, int, int]]:
     """(unix time, plain batches, speculative batches, switches), cumulative, from the log."""
     out = []
-    for stamp, _total, plain, spec, switches, _reserve in MODE_RE.findall(log_text):
+    for stamp, _total, plain, spec, switches, _reserve, _prefills in MODE_RE.findall(log_text):
         t = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp()
         out.append((t, int(plain), int(spec), int(switches)))
     return out
