@@ -52,6 +52,10 @@
 #        goodputmid  issue 13 at c=32 and 64, where goodput missed 0.98x by 2-3% (2026-12-01-h200-goodput-rounds):
 #               no-spec and goodput at 2.5, two rounds, then goodput at 1.3, one (about 10 minutes;
 #               the keep-warm's share of the gap: kwside)
+#        goodputtiny  issue 13's tiny trained pair (real acceptance) at c=1, 8, 64, 16 waves: no-spec,
+#               static EAGLE-3, goodput (c=8 missed 0.98x in goodput1)
+#        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
+#               points of 3.5 that missed 0.98x in goodput1
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
 #               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
@@ -219,6 +223,9 @@ if [ "$cmd" = start ]; then
                       sweep gr-3.5 --rounds 2 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
             goodputmid) sweep gm-2.5 --rounds 2 --acc-len 2.5 --closed 32,64 --configs plain,adaptive-goodput
                       sweep gm-1.3 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
+            goodputtiny) GOODPUT_RPC=16 sweep gt-tiny --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 \
+                            --configs plain,eagle3,adaptive-goodput ;;
+            goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
                       gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
                           --phases 15:2,15:96,15:2 &
