@@ -56,6 +56,11 @@
 #               static EAGLE-3, goodput (c=8 missed 0.98x in goodput1)
 #        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
 #               points of 3.5 that missed 0.98x in goodput1
+#        hosttiny  the tiny pair (host-bound: 1-4 ms a step) with the host timing on, c=1, 8, 64: no-spec,
+#               always plain, static EAGLE-3, always speculative; per-function tables at each batch size
+#        flushgraphs  the deferred keep-warm writes' flush as graphs (SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1):
+#               the tiny pair's K/V test (alternate-50, eager and captured flush), host time of always plain
+#               on the tiny pair (no-spec, eager flush, flush graphs), 8B always plain at c=32, 64 (both)
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
 #               own port): GPU 0 acceptance 2.5 with all four configurations and the phased load;
 #               GPU 1 1.3 (no-spec, static EAGLE-3, goodput), then 3.5 (EAGLE-3, goodput; its
@@ -135,6 +140,11 @@ if [ "$cmd" = start ]; then
             local name=$1 vars=$2; shift 2  # cost, always plain at c=32 and 64 (6 waves), alone on the GPU
             step "$name" env $vars python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
                 --closed 32,64 --requests-per-client 6 --rates "" --phases "" --out "$W/$name" "$@"
+        }
+        ht() {  # step name, bench arguments: the tiny pair (host-bound) with the host timing on
+            step "$1" env SGLANG_ADAPTIVE_HOST_TIMING="$W/$1/timing" python -m sglang_adaptive.bench \
+                --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 --requests-per-client 8 \
+                --rates "" --phases "" --out "$W/$1" "${@:2}"
         }
         gputest() {  # step name, port base, test file: one GPU test module on its own ports
             step "$1" env ADAPTIVE_GPU_REQUIRED=1 ADAPTIVE_GPU_PORT_BASE="$2" python -m pytest -m gpu "$3" -v \
@@ -283,6 +293,30 @@ if [ "$cmd" = start ]; then
                       step ttftgap python benchmark/hosttime_report.py --bucket decode-64 --bucket extend \
                           --json "$W/ttftgap/hosttime.json" plain="$W/ttftgap-plain/timing" \
                           adaptive="$W/ttftgap-adaptive-threshold/timing" ;;
+            hosttiny) ht ht-plain --configs plain
+                      ht ht-always-plain --configs adaptive-threshold --threshold 0
+                      ht ht-eagle3 --configs eagle3
+                      ht ht-always-spec --configs adaptive-threshold --threshold 128
+                      for b in decode-1 decode-8 decode-64; do
+                          step "ht-report-$b" python benchmark/hosttime_report.py --bucket "$b" \
+                              --json "$W/ht-report-$b/hosttime.json" plain="$W/ht-plain/timing" \
+                              always-plain="$W/ht-always-plain/timing" eagle3="$W/ht-eagle3/timing" \
+                              always-spec="$W/ht-always-spec/timing"
+                      done ;;
+            flushgraphs) step fg-test env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 \
+                        ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-deferred-kv,alternate-50-flush-graphs-kv \
+                        python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
+                        -k "alternate-50 or deferred or captured_flush"
+                    ht fg-plain --configs plain
+                    ht fg-eager --configs adaptive-threshold --threshold 0
+                    SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 ht fg-graphs --configs adaptive-threshold --threshold 0
+                    for b in decode-8 decode-64; do
+                        step "fg-report-$b" python benchmark/hosttime_report.py --bucket "$b" \
+                            --json "$W/fg-report-$b/hosttime.json" plain="$W/fg-plain/timing" \
+                            eager-flush="$W/fg-eager/timing" flush-graphs="$W/fg-graphs/timing"
+                    done
+                    plaincost fg-8b-graphs SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 --keep-warm kv
+                    plaincost fg-8b-eager "" --keep-warm kv ;;
             prefillcost) step prefillcost python -m sglang_adaptive.bench --configs plain,adaptive-threshold \
                         --threshold 0 --keep-warm none --closed 32,64 --in-len 256 --out-len 2 \
                         --requests-per-client 8 --rates "" --phases "" --out "$W/prefillcost" ;;

@@ -70,6 +70,12 @@ DEFER_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_DEFER"
 # (per step) to 0.25-0.4% at 8, with the same tokens and acceptance on the tiny pair
 # (benchmark/results/2026-12-01-h200-deferral-plain-prefill).
 DEFAULT_DEFER_STEPS = 8
+# "1" replays each flush of the deferred writes as a CUDA graph captured per row count
+# (``DeferredWrites.capture``) instead of launching its ~30 kernels eagerly, about 2 ms
+# of host time per flush on the H200's host (0.27 ms a step on the tiny pair, where the
+# host sets the pace: benchmark/results/2026-12-02-h200-goodput-host-time). Off until a
+# GPU run has shown it exact; a way to measure it until then.
+FLUSH_GRAPHS_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS"
 
 # Draft model classes the K/V writer knows, and the one pool class it writes.
 KV_DRAFT_CLASSES = ("LlamaForCausalLMEagle3",)
@@ -382,6 +388,7 @@ class DeferredRows:
                                                 for _ in range(3))
         self.ready, self.done = events
         self.spans: list[tuple[int, int]] = []  # (first row, rows) per step, in step order
+        self.graphs: dict = {}  # row count -> captured flush (DeferredWrites.capture); none: eager
         self.bytes = sum(t.numel() * t.element_size() for t in (self.tokens, self.aux, self.positions,
                                                                  self.loc, self.slots))
 
@@ -396,12 +403,14 @@ class DeferredWrites:
     Per plain step only the inputs are copied (the token, the aux hidden state, the
     position, slot and request slot of each row). A flush computes ``fc`` and the K/V
     of all waiting rows together, so the writer's weights (116 MB a step on the 8B
-    pair: most of what it still costs on the side stream) are read once per flush, and stores them step
-    by step, in order: a KV slot freed and reused inside the window, or a request's
-    stash row, ends with its latest step. A flush runs when ``steps`` steps wait, before
-    a step that would not fit, and wherever the forward stream must see the writes
+    pair: most of what it still costs on the side stream) are read once per flush, and
+    stores them at once, each KV slot and stash row from its latest row only
+    (``superseded``): a KV slot freed and reused inside the window, or a request's stash
+    row, ends with its latest step. A flush runs when ``steps`` steps wait, before a step
+    that would not fit, and wherever the forward stream must see the writes
     (``KVKeepWarm._fence``). It goes through the lane: on the side stream two buffers
-    take turns."""
+    take turns. Its kernels do not depend on how the rows split into steps, so it can
+    replay as a graph per row count (``capture``)."""
 
     def __init__(self, keep: KVKeepWarm, steps: int, rows: int, lane: SameStream):
         self.keep, self.steps, self.rows, self.lane = keep, steps, rows, lane
@@ -409,6 +418,7 @@ class DeferredWrites:
         self.buffers = [DeferredRows(rows, keep.writer.aux_width, dtype, device, lane.new_events())
                         for _ in range(lane.depth)]
         self.turn = 0
+        self.graph_gib = self.graph_seconds = 0.0
 
     @property
     def bytes(self) -> int:
@@ -437,20 +447,75 @@ class DeferredWrites:
         buf = self.buffers[self.turn]
         if not buf.spans:
             return
-        spans, buf.spans = buf.spans, []
-        self.lane.replay(buf, _Call(lambda: self._write(buf, spans)))
+        rows = buf.used
+        buf.spans = []
+        self.lane.replay(buf, self._flush_of(buf, rows))
         self.turn = (self.turn + 1) % len(self.buffers)
         # The next buffer's inputs are rewritten from now on: its last flush must have read them.
         self.lane.reuse(self.buffers[self.turn])
 
-    def _write(self, buf: DeferredRows, spans) -> None:
-        keep, rows = self.keep, spans[-1][0] + spans[-1][1]
+    def _flush_of(self, buf: DeferredRows, rows: int):
+        """What writes the first ``rows`` rows: the captured graph of the smallest row
+        count that holds them, its padding rows aimed at the draft pool's padding slot
+        0 and the stash's dump row; else the eager write."""
+        size = next((n for n in sorted(buf.graphs) if n >= rows), None)
+        if size is None:
+            return _Call(lambda: self._write(buf, rows))
+        if size > rows:
+            buf.loc[rows:size].zero_()
+            buf.slots[rows:size].fill_(self.keep.dump_slot)
+        return buf.graphs[size]
+
+    def _write(self, buf: DeferredRows, rows: int) -> None:
+        keep = self.keep
         h, k, v = keep.writer.compute(buf.tokens[:rows], buf.aux[:rows], buf.positions[:rows])
-        for start, n in spans:
-            step = slice(start, start + n)
-            keep.writer.store(buf.loc[step], k[step], v[step])
-            keep.hidden[buf.slots[step]] = h[step]
-            keep.position[buf.slots[step]] = buf.positions[step]
+        loc, slots = buf.loc[:rows], buf.slots[:rows]
+        # Rows a later row supersedes write to the padding slot and the dump row instead.
+        keep.writer.store(torch.where(superseded(loc), 0, loc), k, v)
+        slots = torch.where(superseded(slots), keep.dump_slot, slots)
+        keep.hidden[slots] = h
+        keep.position[slots] = buf.positions[:rows]
+
+    def capture(self, pool=None) -> tuple[float, float]:
+        """A graph of the flush per row count (powers of two up to the buffer's rows,
+        and the rows), per buffer, over the buffers as static inputs. Returns (GiB,
+        seconds). The capture's writes go to the padding slot and the dump row."""
+        tic = time.perf_counter()
+        free_before = torch.cuda.mem_get_info()[0]
+        pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+        sizes = flush_row_counts(self.rows)
+        for buf in self.buffers:
+            buf.loc.zero_()
+            buf.slots.fill_(self.keep.dump_slot)
+            for n in sizes:  # warm-up: kernels compile on first use, not under capture
+                self._write(buf, n)
+        torch.cuda.synchronize()
+        for buf in self.buffers:
+            for n in reversed(sizes):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    self._write(buf, n)
+                buf.graphs[n] = graph
+        torch.cuda.synchronize()
+        return (free_before - torch.cuda.mem_get_info()[0]) / 2**30, time.perf_counter() - tic
+
+
+def superseded(keys):
+    """Which rows a later row with the same key overwrites: where a KV slot or a stash
+    row appears twice in one store, the GPU keeps either, and the later step must win.
+    A rows x rows comparison (1 MB at 1024 rows), no sort and no host sync, so the
+    flush can be captured as a graph."""
+    order = torch.arange(keys.shape[0], device=keys.device)
+    return ((keys[:, None] == keys[None, :]) & (order[:, None] < order[None, :])).any(dim=1)
+
+
+def flush_row_counts(rows: int) -> list[int]:
+    """The row counts a flush is captured for: powers of two from 16, and ``rows``."""
+    sizes, n = [], 16
+    while n < rows:
+        sizes.append(n)
+        n *= 2
+    return sizes + [rows]
 
 
 class _Call:
@@ -533,8 +598,11 @@ class KVKeepWarm(NoKeepWarm):
     def describe_graphs(self) -> str:
         if self.deferred is not None:
             d = self.deferred
+            sizes = sorted(d.buffers[0].graphs)
+            flush = (f"flush graphs for {len(sizes)} row counts {sizes[0]}-{sizes[-1]}: mem={d.graph_gib:.3f} GB, "
+                     f"time={d.graph_seconds:.1f} s" if sizes else "eager flush")
             return (f"deferred: up to {d.steps} plain steps per write on the {self.lane.name} "
-                    f"({len(d.buffers)} buffer(s) of {d.rows} rows)")
+                    f"({len(d.buffers)} buffer(s) of {d.rows} rows, {flush})")
         if not self.graph_sets:
             return "eager"
         g = self.graph_sets[0]
@@ -689,6 +757,8 @@ def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoK
             # Room for `defer` steps of the largest graph batch, and for any one batch
             # (at most one row per request slot).
             keep.defer(defer, max(defer * max(batch_sizes), keep.req_to_token.shape[0]), lane)
+            if os.environ.get(FLUSH_GRAPHS_ENV, "0") == "1":
+                keep.deferred.graph_gib, keep.deferred.graph_seconds = keep.deferred.capture()
         else:
             keep.capture(batch_sizes, lane)
     return keep

@@ -21,7 +21,7 @@ import pytest
 from suite import ENV32, FP32_ARGS, base_args, collect, configs
 from test_tiny_pair import PAIR, text_requests
 
-from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN, DEFER_ENV
+from sglang_adaptive.keepwarm import CHECK_ENV, CHECK_LOG_PATTERN, DEFER_ENV, FLUSH_GRAPHS_ENV
 from sglang_adaptive.worker import PLAIN_PREFILL_ENV
 from sglang_adaptive.testing import STATIC_ARGS, mismatching_requests, without_flags
 
@@ -67,6 +67,8 @@ UNCHECKED = "alternate-1-unchecked-kv"
 # plain write lands falls toward none (1.16 against 2.50 in session 9).
 UNCHECKED_TOLERANCE = 0.03
 DEFERRED = "alternate-50-deferred-kv"
+# The same with each flush replayed as a graph per row count.
+FLUSH_GRAPHS = "alternate-50-flush-graphs-kv"
 # alternate-50-kv with every prefill running the draft's extend (as upstream): what the
 # keep-warm's prefill (the default while decode runs plain) is measured against.
 DRAFT_PREFILL = "alternate-50-draft-prefill-kv"
@@ -123,6 +125,9 @@ def runs():
     args50, env50, load50 = table["alternate-50"]
     served[DEFERRED] = (args50 + ["--speculative-draft-keep-warm", "kv"], {**env50, DEFER_ENV: "8"}, load50)
     requests_for[DEFERRED] = long_reqs
+    served[FLUSH_GRAPHS] = (args50 + ["--speculative-draft-keep-warm", "kv"],
+                            {**env50, DEFER_ENV: "8", FLUSH_GRAPHS_ENV: "1"}, load50)
+    requests_for[FLUSH_GRAPHS] = long_reqs
     kv50_args, kv50_env, _ = served[label_of("alternate-50", "kv")]
     served[DRAFT_PREFILL] = (kv50_args, {**kv50_env, PLAIN_PREFILL_ENV: "0"}, load50)
     requests_for[DRAFT_PREFILL] = long_reqs
@@ -177,7 +182,7 @@ def write_rows(out: dict) -> None:
 
 
 ALL = [label_of(n, s) for n in SWITCHING for s in STRATEGIES] + ["alternate-1-no-overlap-kv", UNCHECKED, DEFERRED,
-                                                                   DRAFT_PREFILL]
+                                                                   DRAFT_PREFILL, FLUSH_GRAPHS]
 
 
 @pytest.mark.parametrize("label", ALL)
@@ -246,6 +251,17 @@ def test_deferred_kv_drafts_from_every_write(runs):
     got, want = deferred.spec_accept_length(), checked.spec_accept_length()
     assert got >= want - UNCHECKED_TOLERANCE, f"deferred kv {got:.3f} < checked {want:.3f} - {UNCHECKED_TOLERANCE}"
     assert_first_step_matches(deferred, checked)
+
+
+def test_a_captured_flush_drafts_from_every_write(runs):
+    """The deferred writes' flush replayed as a graph over a row count that holds the
+    window (padding rows aimed at the padding slot): what the checked per-step writer
+    leaves, as the eager flush does."""
+    graphs, checked = served(runs, FLUSH_GRAPHS, label_of("alternate-50", "kv"))
+    assert "flush graphs for" in graphs.log, "the flush was not captured"
+    got, want = graphs.spec_accept_length(), checked.spec_accept_length()
+    assert got >= want - UNCHECKED_TOLERANCE, f"captured flush {got:.3f} < checked {want:.3f} - {UNCHECKED_TOLERANCE}"
+    assert_first_step_matches(graphs, checked)
 
 
 def assert_first_step_matches(run, reference):

@@ -505,15 +505,46 @@ class DeferWriter(FakeWriter):
         return aux[:, :4] + 100, k, k + 0.5
 
     def store(self, loc, k, v):
-        assert len(set(loc.tolist())) == len(loc), "a slot twice in one store: the GPU keeps either row"
-        self.stores.append(loc.tolist())
-        self.pool.update(zip(loc.tolist(), k[:, 0].tolist()))
+        real = [slot for slot in loc.tolist() if slot != 0]
+        assert len(set(real)) == len(real), "a slot twice in one store: the GPU keeps either row"
+        self.stores.append(real)  # slot 0: the padding slot, written by rows that land nowhere
+        self.pool.update((slot, key) for slot, key in zip(loc.tolist(), k[:, 0].tolist()) if slot != 0)
+
+
+class StashRows:
+    """A stash tensor whose row writes, like the GPU's, keep either row where an index
+    repeats: the test fails instead (the dump row excepted)."""
+
+    def __init__(self, tensor, dump):
+        self.tensor, self.dump = tensor, dump
+
+    def __getitem__(self, index):
+        return self.tensor[index]
+
+    def __setitem__(self, index, value):
+        if isinstance(index, torch.Tensor):
+            real = [i for i in index.tolist() if i != self.dump]
+            assert len(set(real)) == len(real), "a stash row twice in one write: the GPU keeps either"
+        self.tensor[index] = value
+
+    def __getattr__(self, name):
+        return getattr(self.tensor, name)
 
 
 def deferred(steps, rows=16, lane=None):
     req_to_token = torch.arange(8 * 64).reshape(8, 64)
     kw = keepwarm.KVKeepWarm(DeferWriter(), FakePass(), req_to_token, "cpu")
     kw.defer(steps, rows, lane or keepwarm.SameStream())
+    kw.hidden, kw.position = StashRows(kw.hidden, kw.dump_slot), StashRows(kw.position, kw.dump_slot)
+    return kw
+
+
+def captured_flushes(kw):
+    """DeferredWrites.capture minus CUDA: each buffer's flush per row count replays the
+    captured body over the buffer's first rows."""
+    d = kw.deferred
+    for buf in d.buffers:
+        buf.graphs = {n: Replay(lambda n, buf=buf: d._write(buf, n), n) for n in keepwarm.flush_row_counts(d.rows)}
     return kw
 
 
@@ -537,8 +568,8 @@ def test_deferred_writes_wait_for_their_steps_then_land_in_step_order():
     step_at(kw, [2], [12], [6])
     assert kw.writer.computed == [([7, 8, 9, 1, 6], [10, 3, 11, 4, 12])], "one computation for the three steps"
     r = kw.req_to_token
-    assert kw.writer.stores == [[r[2, 10].item(), r[5, 3].item()], [r[2, 11].item(), r[5, 4].item()],
-                                [r[2, 12].item()]], "stored step by step, in order"
+    assert kw.writer.stores == [[r[2, 10].item(), r[5, 3].item(), r[2, 11].item(), r[5, 4].item(),
+                                 r[2, 12].item()]], "stored at once"
     assert kw.writer.pool[r[2, 12].item()] == 6012
     assert kw.position[[2, 5]].tolist() == [12, 4], "each stash row holds its request's latest step"
     step_at(kw, [2], [13], [5])
@@ -550,6 +581,31 @@ def test_a_kv_slot_reused_inside_the_window_ends_with_its_later_row():
     step_at(kw, [2], [10], [7], loc=[40])
     step_at(kw, [5], [3], [8], loc=[40])  # slot 40 freed by the first request, given to the second
     assert kw.writer.pool[40] == 8003
+
+
+def test_only_the_latest_row_of_a_key_is_kept():
+    keys = torch.tensor([4, 9, 4, 0, 9, 4, 7])
+    assert keepwarm.superseded(keys).tolist() == [True, True, True, False, False, False, False]
+
+
+def test_a_captured_flush_aims_its_padding_rows_at_the_padding_slot_and_the_dump_row():
+    """The rows past this window's hold an older window's steps: replayed over 16 rows,
+    they would write again, after this window's rows, and win."""
+    kw = captured_flushes(deferred(steps=3, rows=64))
+    step_at(kw, [2, 5], [10, 3], [7, 8], loc=[40, 41])
+    step_at(kw, [2, 5], [11, 4], [9, 1], loc=[42, 43])
+    step_at(kw, [2, 5], [12, 5], [6, 2], loc=[44, 45])  # flushed over 16 rows
+    step_at(kw, [2], [13], [5], loc=[41])  # slot 41 freed by request 5, given to request 2
+    kw.before_spec(spec_batch([2], [14], [5]))  # flushed over 16 rows, rows 1-15 from the first window
+    assert kw.writer.computed[1] == ([5] + [8, 9, 1, 6, 2] + [0] * 10, [13] + [3, 11, 4, 12, 5] + [0] * 10)
+    assert kw.writer.pool[41] == 5013, "the newer row kept its slot"
+    assert kw.draft_pass.calls[0]["loc"] == [kw.req_to_token[2, 13].item()], "the pass found the latest position"
+
+
+def test_flush_row_counts():
+    assert keepwarm.flush_row_counts(1024) == [16, 32, 64, 128, 256, 512, 1024]
+    assert keepwarm.flush_row_counts(40) == [16, 32, 40]
+    assert keepwarm.flush_row_counts(16) == [16]
 
 
 def test_a_step_that_would_not_fit_flushes_the_steps_before_it():
@@ -620,6 +676,23 @@ def test_deferral_replaces_the_per_step_graphs_unless_checked(llama_draft, monke
     monkeypatch.setenv(keepwarm.CHECK_ENV, "1" if check else "0")
     keepwarm.make_keep_warm(None, eagle_worker(llama_draft, world_size=1, slots=40), [1, 2, 8])
     assert calls == (["graphs"] if check else [("defer", 4, 40)]), "rows: 4 x 8, or the 40 request slots"
+
+
+@pytest.mark.parametrize("env, captured", [(None, False), ("0", False), ("1", True)])
+def test_the_flush_is_captured_only_when_asked(llama_draft, monkeypatch, env, captured):
+    calls = []
+    monkeypatch.setattr(keepwarm.DeferredWrites, "capture", lambda self: calls.append(self.rows) or (0.5, 2.0))
+    monkeypatch.setattr(keepwarm, "SideStream", lambda device: keepwarm.SameStream())
+    monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
+    monkeypatch.delenv(keepwarm.DEFER_ENV, raising=False)
+    monkeypatch.delenv(keepwarm.CHECK_ENV, raising=False)
+    if env is None:
+        monkeypatch.delenv(keepwarm.FLUSH_GRAPHS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(keepwarm.FLUSH_GRAPHS_ENV, env)
+    kw = keepwarm.make_keep_warm(None, eagle_worker(llama_draft, world_size=1, slots=40), [1, 2, 8])
+    assert calls == ([64] if captured else []), "rows: 8 x 8"
+    assert (kw.deferred.graph_gib, kw.deferred.graph_seconds) == ((0.5, 2.0) if captured else (0.0, 0.0))
 
 
 # -- the width-1 draft pass (upstream's preparation and forward stubbed) -----------
