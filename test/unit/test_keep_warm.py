@@ -583,6 +583,41 @@ def test_a_kv_slot_reused_inside_the_window_ends_with_its_later_row():
     assert kw.writer.pool[40] == 8003
 
 
+@torch.no_grad()
+@pytest.mark.parametrize("captured", [False, True])
+def test_deferred_writes_leave_the_pool_and_the_stash_as_the_per_step_writes(llama_draft, captured):
+    """The draft layer's own K/V arithmetic (the writer over a real draft layer), written
+    per step and deferred (eager or through captured flushes over padded row counts),
+    across windows, with a KV slot freed and reused inside a window."""
+    steps = [([2, 5], [10, 3], [20, 21]), ([2, 5], [11, 4], [22, 23]), ([2], [12], [21]),  # 21 reused
+             ([2, 5], [13, 5], [24, 25]), ([5], [6], [26])]
+    gen = torch.Generator().manual_seed(1)
+    inputs = [(torch.randint(0, VOCAB, (len(s),), generator=gen), torch.randn(len(s), NUM_AUX * H_T, generator=gen))
+              for s, _, _ in steps]
+
+    def served(defer):
+        pool = Pool()
+        kw = keepwarm.KVKeepWarm(keepwarm.LlamaKVWriter(llama_draft, pool), FakePass(),
+                                 torch.arange(8 * 64).reshape(8, 64), "cpu")
+        if defer:
+            kw.defer(defer, 16, keepwarm.SameStream())
+            if captured:
+                captured_flushes(kw)
+        for (slots, seq_lens, loc), (tokens, aux) in zip(steps, inputs):
+            batch = NS(req_pool_indices=torch.tensor(slots), seq_lens=torch.tensor(seq_lens), seq_lens_cpu=None)
+            state = kw.before_plain(batch, batch.seq_lens + 1, torch.tensor(loc))
+            kw.after_plain(state, batch, NS(next_token_ids=tokens, logits_output=NS(hidden_states=aux)))
+        kw._fence()
+        return pool, kw
+
+    (pool, kw), (ref_pool, ref) = served(3), served(None)
+    assert kw.deferred.buffers[0].graphs or not captured
+    for got, want in ((pool.k, ref_pool.k), (pool.v, ref_pool.v), (kw.hidden[:8], ref.hidden[:8]),
+                      (kw.position[:8], ref.position[:8])):
+        torch.testing.assert_close(got[1:], want[1:])  # slot / row 0: padding
+    assert kw.position[[2, 5]].tolist() == [13, 6], "each request's latest plain position"
+
+
 def test_only_the_latest_row_of_a_key_is_kept():
     keys = torch.tensor([4, 9, 4, 0, 9, 4, 7])
     assert keepwarm.superseded(keys).tolist() == [True, True, True, False, False, False, False]
