@@ -52,8 +52,9 @@
 #        goodputmid  issue 13 at c=32 and 64, where goodput missed 0.98x by 2-3% (2026-12-01-h200-goodput-rounds):
 #               no-spec and goodput at 2.5, two rounds, then goodput at 1.3, one (about 10 minutes;
 #               the keep-warm's share of the gap: kwside)
-#        goodputtiny  issue 13's tiny trained pair (real acceptance) at c=1, 8, 64, 16 waves: no-spec,
-#               static EAGLE-3, goodput (c=8 missed 0.98x in goodput1)
+#        goodputtiny  issue 13's tiny trained pair (real acceptance) at c=1, 8, 64, 16 waves, two rounds
+#               (GOODPUT_ROUNDS): no-spec, static EAGLE-3, goodput; host-bound, so one server's throughput
+#               moves by up to 30% between leases
 #        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
 #               points of 3.5 that missed 0.98x in goodput1
 #        hosttiny  the tiny pair (host-bound: 1-4 ms a step) with the host timing on, c=1, 8, 64: no-spec,
@@ -234,7 +235,7 @@ if [ "$cmd" = start ]; then
             goodputmid) sweep gm-2.5 --rounds 2 --acc-len 2.5 --closed 32,64 --configs plain,adaptive-goodput
                       sweep gm-1.3 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodputtiny) GOODPUT_RPC=16 sweep gt-tiny --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 \
-                            --configs plain,eagle3,adaptive-goodput ;;
+                            --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
                       gp 0 30000 goodput-2.5 "${sweep[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-threshold,adaptive-goodput \
