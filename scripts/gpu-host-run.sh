@@ -298,12 +298,10 @@ if [ "$cmd" = start ]; then
                       ht ht-always-plain --configs adaptive-threshold --threshold 0
                       ht ht-eagle3 --configs eagle3
                       ht ht-always-spec --configs adaptive-threshold --threshold 128
-                      for b in decode-1 decode-8 decode-64; do
-                          step "ht-report-$b" python benchmark/hosttime_report.py --bucket "$b" \
-                              --json "$W/ht-report-$b/hosttime.json" plain="$W/ht-plain/timing" \
-                              always-plain="$W/ht-always-plain/timing" eagle3="$W/ht-eagle3/timing" \
-                              always-spec="$W/ht-always-spec/timing"
-                      done ;;
+                      step ht-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \
+                          --bucket decode-64 --json "$W/ht-report/hosttime.json" plain="$W/ht-plain/timing" \
+                          always-plain="$W/ht-always-plain/timing" eagle3="$W/ht-eagle3/timing" \
+                          always-spec="$W/ht-always-spec/timing" ;;
             flushgraphs) step fg-test env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 \
                         ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-deferred-kv,alternate-50-flush-graphs-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
@@ -311,11 +309,9 @@ if [ "$cmd" = start ]; then
                     ht fg-plain --configs plain
                     ht fg-eager --configs adaptive-threshold --threshold 0
                     SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 ht fg-graphs --configs adaptive-threshold --threshold 0
-                    for b in decode-8 decode-64; do
-                        step "fg-report-$b" python benchmark/hosttime_report.py --bucket "$b" \
-                            --json "$W/fg-report-$b/hosttime.json" plain="$W/fg-plain/timing" \
-                            eager-flush="$W/fg-eager/timing" flush-graphs="$W/fg-graphs/timing"
-                    done
+                    step fg-report python benchmark/hosttime_report.py --bucket decode-8 --bucket decode-64 \
+                        --json "$W/fg-report/hosttime.json" plain="$W/fg-plain/timing" \
+                        eager-flush="$W/fg-eager/timing" flush-graphs="$W/fg-graphs/timing"
                     plaincost fg-8b-graphs SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 --keep-warm kv
                     plaincost fg-8b-eager "" --keep-warm kv ;;
             prefillcost) step prefillcost python -m sglang_adaptive.bench --configs plain,adaptive-threshold \

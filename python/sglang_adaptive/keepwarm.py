@@ -324,6 +324,23 @@ class SideStream(SameStream):
             self.last = None
 
 
+def capture_graphs(bodies: dict, pool) -> dict:
+    """A CUDA graph of each body (key -> callable), in one memory pool: every body runs
+    once first (kernels compile on first use, not under capture), then each is captured,
+    the last key first (the largest, where keys grow). The graphs keep the bodies' order."""
+    for body in bodies.values():
+        body()
+    torch.cuda.synchronize()
+    graphs = {}
+    for key in reversed(list(bodies)):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            bodies[key]()
+        graphs[key] = graph
+    torch.cuda.synchronize()
+    return {key: graphs[key] for key in bodies}
+
+
 class WriterGraphs:
     """The K/V write and the stash of one plain step, captured per batch size over
     static inputs; padding rows write to the draft pool's padding slot 0 and the
@@ -342,16 +359,7 @@ class WriterGraphs:
         self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.loc = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.slots = torch.full((max_bs,), keep.dump_slot, dtype=torch.int64, device=device)
-        self.graphs = {}
-        for bs in batch_sizes:  # warm-up: kernels compile on first use, not under capture
-            self._body(bs)
-        torch.cuda.synchronize()
-        for bs in reversed(batch_sizes):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self._body(bs)
-            self.graphs[bs] = graph
-        torch.cuda.synchronize()
+        self.graphs = capture_graphs({bs: (lambda bs=bs: self._body(bs)) for bs in batch_sizes}, pool)
         self.memory_gib = (free_before - torch.cuda.mem_get_info()[0]) / 2**30
         self.seconds = time.perf_counter() - tic
 
@@ -388,7 +396,7 @@ class DeferredRows:
                                                 for _ in range(3))
         self.ready, self.done = events
         self.spans: list[tuple[int, int]] = []  # (first row, rows) per step, in step order
-        self.graphs: dict = {}  # row count -> captured flush (DeferredWrites.capture); none: eager
+        self.graphs: dict = {}  # row count (ascending) -> captured flush (DeferredWrites.capture); none: eager
         self.bytes = sum(t.numel() * t.element_size() for t in (self.tokens, self.aux, self.positions,
                                                                  self.loc, self.slots))
 
@@ -458,7 +466,7 @@ class DeferredWrites:
         """What writes the first ``rows`` rows: the captured graph of the smallest row
         count that holds them, its padding rows aimed at the draft pool's padding slot
         0 and the stash's dump row; else the eager write."""
-        size = next((n for n in sorted(buf.graphs) if n >= rows), None)
+        size = next((n for n in buf.graphs if n >= rows), None)
         if size is None:
             return _Call(lambda: self._write(buf, rows))
         if size > rows:
@@ -476,27 +484,18 @@ class DeferredWrites:
         keep.hidden[slots] = h
         keep.position[slots] = buf.positions[:rows]
 
-    def capture(self, pool=None) -> tuple[float, float]:
+    def capture(self) -> tuple[float, float]:
         """A graph of the flush per row count (powers of two up to the buffer's rows,
         and the rows), per buffer, over the buffers as static inputs. Returns (GiB,
         seconds). The capture's writes go to the padding slot and the dump row."""
         tic = time.perf_counter()
         free_before = torch.cuda.mem_get_info()[0]
-        pool = pool if pool is not None else torch.cuda.graph_pool_handle()
-        sizes = flush_row_counts(self.rows)
+        pool = torch.cuda.graph_pool_handle()  # one for all: the flushes replay in order on one stream
         for buf in self.buffers:
             buf.loc.zero_()
             buf.slots.fill_(self.keep.dump_slot)
-            for n in sizes:  # warm-up: kernels compile on first use, not under capture
-                self._write(buf, n)
-        torch.cuda.synchronize()
-        for buf in self.buffers:
-            for n in reversed(sizes):
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    self._write(buf, n)
-                buf.graphs[n] = graph
-        torch.cuda.synchronize()
+            buf.graphs = capture_graphs(
+                {n: (lambda n=n, buf=buf: self._write(buf, n)) for n in flush_row_counts(self.rows)}, pool)
         return (free_before - torch.cuda.mem_get_info()[0]) / 2**30, time.perf_counter() - tic
 
 
@@ -598,7 +597,7 @@ class KVKeepWarm(NoKeepWarm):
     def describe_graphs(self) -> str:
         if self.deferred is not None:
             d = self.deferred
-            sizes = sorted(d.buffers[0].graphs)
+            sizes = list(d.buffers[0].graphs)
             flush = (f"flush graphs for {len(sizes)} row counts {sizes[0]}-{sizes[-1]}: mem={d.graph_gib:.3f} GB, "
                      f"time={d.graph_seconds:.1f} s" if sizes else "eager flush")
             return (f"deferred: up to {d.steps} plain steps per write on the {self.lane.name} "

@@ -637,6 +637,31 @@ def test_a_captured_flush_aims_its_padding_rows_at_the_padding_slot_and_the_dump
     assert kw.draft_pass.calls[0]["loc"] == [kw.req_to_token[2, 13].item()], "the pass found the latest position"
 
 
+def test_graphs_are_captured_after_every_warm_up_the_largest_first(monkeypatch):
+    events = []
+
+    class Graph:
+        pass
+
+    class Capture:
+        def __init__(self, graph, pool):
+            events.append(("pool", pool))
+
+        def __enter__(self):
+            events.append("begin")
+
+        def __exit__(self, *exc):
+            events.append("end")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", Capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
+    graphs = keepwarm.capture_graphs({n: (lambda n=n: events.append(n)) for n in (16, 32, 64)}, "p")
+    assert events == [16, 32, 64, "sync"] + [("pool", "p"), "begin", 64, "end", ("pool", "p"), "begin", 32, "end",
+                                             ("pool", "p"), "begin", 16, "end", "sync"]
+    assert list(graphs) == [16, 32, 64] and all(isinstance(g, Graph) for g in graphs.values())
+
+
 def test_flush_row_counts():
     assert keepwarm.flush_row_counts(1024) == [16, 32, 64, 128, 256, 512, 1024]
     assert keepwarm.flush_row_counts(40) == [16, 32, 40]
