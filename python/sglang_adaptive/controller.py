@@ -240,6 +240,11 @@ class AdaptiveModeController(ModeController):
         self._time_step(speculative, batch_size, forward_iter)
         self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
         self.policy.on_launch(speculative, batch_size)
+        for b in self.policy.stale_spec_buckets():
+            self.costs.forget(SPEC, b)
+            if self.writes_table:
+                logger.info("AdaptiveEAGLE re-measuring the speculative step at batch bucket %d: "
+                            "it was measured slower than at a larger batch", b)
         self.last_decode_width = self.spec_width if speculative else 1
         self.stats.record(speculative)
         total = self.stats.spec_batches + self.stats.plain_batches

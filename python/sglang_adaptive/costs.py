@@ -52,6 +52,10 @@ class StepCosts:
     def _add(self, mode: str, batch_size: int, seconds: float) -> None:
         self._samples.setdefault((mode, bucket(batch_size)), deque(maxlen=self.window)).append(seconds)
 
+    def forget(self, mode: str, bucket_: int) -> None:
+        """Drop one bucket's samples (a re-measurement starts afresh)."""
+        self._samples.pop((mode, bucket_), None)
+
     def table(self) -> dict[str, dict[int, float]]:
         out: dict[str, dict[int, float]] = {PLAIN: {}, SPEC: {}, PROBE: {}}
         for (mode, b), samples in self._samples.items():

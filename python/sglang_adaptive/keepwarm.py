@@ -70,11 +70,11 @@ DEFER_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_DEFER"
 # (per step) to 0.25-0.4% at 8, with the same tokens and acceptance on the tiny pair
 # (benchmark/results/2026-12-01-h200-deferral-plain-prefill).
 DEFAULT_DEFER_STEPS = 8
-# "1" replays each flush of the deferred writes as a CUDA graph captured per row count
-# (``DeferredWrites.capture``) instead of launching its ~30 kernels eagerly, about 2 ms
-# of host time per flush on the H200's host (0.27 ms a step on the tiny pair, where the
-# host sets the pace: benchmark/results/2026-12-02-h200-goodput-host-time). Off until a
-# GPU run has shown it exact; a way to measure it until then.
+# Each flush of the deferred writes replays a CUDA graph captured per row count
+# (``DeferredWrites.capture``) instead of launching its ~30 kernels eagerly: on the
+# H200's host 0.17 ms a plain step less on the tiny pair, where the host sets the pace,
+# for 41 MB and 0.1 s of capture (benchmark/results/2026-12-02-h200-flush-graphs).
+# "0" keeps the eager flush.
 FLUSH_GRAPHS_ENV = "SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS"
 
 # Draft model classes the K/V writer knows, and the one pool class it writes.
@@ -756,7 +756,7 @@ def make_keep_warm(requested: str | None, eagle_worker, batch_sizes=None) -> NoK
             # Room for `defer` steps of the largest graph batch, and for any one batch
             # (at most one row per request slot).
             keep.defer(defer, max(defer * max(batch_sizes), keep.req_to_token.shape[0]), lane)
-            if os.environ.get(FLUSH_GRAPHS_ENV, "0") == "1":
+            if os.environ.get(FLUSH_GRAPHS_ENV, "1") != "0":
                 keep.deferred.graph_gib, keep.deferred.graph_seconds = keep.deferred.capture()
         else:
             keep.capture(batch_sizes, lane)

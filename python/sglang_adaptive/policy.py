@@ -62,6 +62,12 @@ class ModePolicy:
     def set_costs(self, table: dict) -> None:
         """The step-cost table shared by rank 0; only the goodput policy reads it."""
 
+    def stale_spec_buckets(self) -> list[int]:
+        """Batch-size buckets whose speculative step times the controller should drop
+        now, each since the last call (the goodput policy's re-measurement); the same
+        on every TP rank."""
+        return []
+
     def describe(self) -> str:
         return self.name
 
@@ -197,6 +203,18 @@ class GoodputPolicy(ModePolicy):
       batch size where speculation would lose even if every draft were accepted. A probe
       does not change the mode the policy is in, nor does a batch the controller
       made speculate against the policy's answer (grammar, with SGLANG_ADAPTIVE_PLAIN_GRAMMAR=0);
+    - where a bucket's speculative time looks stale (``_stale_spec``: measured slower
+      than at a larger batch, and never since by speculation the policy chose), the
+      probe due is a refresh instead: ``REFRESH_STEPS`` speculative steps in a row, the
+      bucket's old samples dropped (``stale_spec_buckets``), so that it files a fresh
+      step time; a lone probe files none. Exploration's few samples come from whatever
+      ran then: on the tiny pair at c=1, 5.9 ms a step from the warm-up's last requests
+      against 3.2 ms steady, which kept the policy plain for 70% of the batches where
+      speculation paid. At most once per bucket: ``REFRESH_STEPS`` - 1 speculative
+      steps beyond the probe budget per bucket for the life of the server, none where
+      the times grow with the batch (the 8B pair's). (Counting a refresh as that many
+      probes kept within the budget but let the acceptance evidence age away before
+      the next probe: in the simulated 1.3 sweep two lucky probes then started a stretch.)
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap; leaving plain also needs it with the acceptance
       estimate less one standard error, counted in speculative steps (a probe or two
@@ -212,6 +230,9 @@ class GoodputPolicy(ModePolicy):
     # How far above its largest measured batch a speculative time is extrapolated
     # (proportionally, an upper bound) rather than measured by running it.
     SPEC_REACH = 1.25
+    # Speculative steps of a refresh: an exploration's worth, so that the sync after its
+    # last step shares MIN_SAMPLES fresh samples.
+    REFRESH_STEPS = EXPLORE_SYNC
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
@@ -222,6 +243,10 @@ class GoodputPolicy(ModePolicy):
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
         self._explored = 0  # exploration steps launched since the last sync they asked for
+        # Buckets whose speculative time comes from steps the policy chose or a refresh.
+        self._steady: set[int] = set()
+        self._refresh_left = 0  # steps of the refresh under way
+        self._stale: list[int] = []  # buckets for the controller to drop (stale_spec_buckets)
         # Answers by batch size for the current state: the scheduler asks three or four
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
         # step) each full answer (~5 us) counts. Emptied wherever the state moves.
@@ -241,6 +266,9 @@ class GoodputPolicy(ModePolicy):
         decided, why = self._decide(batch_size)
         self._answers.clear()
         self._launched += 1
+        if why == "refresh" and speculative:
+            self._refresh_step(batch_size)
+            return
         if speculative != decided or why == "probe":
             # Not the policy's mode: a probe, or a batch forced to speculate.
             self._plain_run = 0 if speculative else self._plain_run + 1
@@ -250,6 +278,23 @@ class GoodputPolicy(ModePolicy):
         self._explored = self._explored + 1 if same else int(why == "explore")
         self._plain_run = 0 if speculative else self._plain_run + 1
         self._speculating = speculative
+        if speculative and why == "goodput":
+            self._steady.add(costs.bucket(batch_size))
+
+    def _refresh_step(self, batch_size: int) -> None:
+        if not self._refresh_left:  # its first step: once per bucket
+            b = costs.bucket(batch_size)
+            self._steady.add(b)
+            self._stale.append(b)
+            self._refresh_left = self.REFRESH_STEPS
+            self._plain_run = 0  # the next probe is due an interval after it
+        self._refresh_left -= 1
+        # Sync after the last step, as after an exploration.
+        self._explored = self.REFRESH_STEPS - self._refresh_left
+
+    def stale_spec_buckets(self) -> list[int]:
+        stale, self._stale = self._stale, []
+        return stale
 
     def sync_due(self) -> bool:
         return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0
@@ -279,7 +324,19 @@ class GoodputPolicy(ModePolicy):
             answer = self._answers[batch_size] = self._answer(batch_size)
         return answer
 
+    def _stale_spec(self, batch_size: int) -> bool:
+        """Whether this bucket's speculative time needs measuring again: the policy has
+        not chosen to speculate here, and a larger batch's speculative step was measured
+        faster, which a step of fewer requests cannot be in steady state."""
+        b = costs.bucket(batch_size)
+        spec = self.costs[costs.SPEC]
+        own = spec.get(b)
+        return (b not in self._steady and own is not None
+                and any(t < own for other, t in spec.items() if other > b))
+
     def _answer(self, batch_size: int) -> tuple[bool, str]:
+        if self._refresh_left:
+            return True, "refresh"
         if not self._spec_measured_for(batch_size):
             return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):
@@ -308,7 +365,7 @@ class GoodputPolicy(ModePolicy):
         windows = self.costs[costs.PROBE]
         t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
         if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
-            return True, "probe"
+            return True, "refresh" if self._stale_spec(batch_size) else "probe"
         return False, "goodput"
 
     def speculate(self, batch_size: int) -> bool:

@@ -66,8 +66,9 @@ UNCHECKED = "alternate-1-unchecked-kv"
 # same K/V if the waits are right; a speculative step that drafts before the last
 # plain write lands falls toward none (1.16 against 2.50 in session 9).
 UNCHECKED_TOLERANCE = 0.03
+# Deferred writes with the eager flush.
 DEFERRED = "alternate-50-deferred-kv"
-# The same with each flush replayed as a graph per row count.
+# The same with each flush replayed as a graph per row count (the default).
 FLUSH_GRAPHS = "alternate-50-flush-graphs-kv"
 # alternate-50-kv with every prefill running the draft's extend (as upstream): what the
 # keep-warm's prefill (the default while decode runs plain) is measured against.
@@ -123,7 +124,8 @@ def runs():
     # kv with its writes deferred: 8 plain steps written at once (the 50-step stretches
     # fill whole windows; the speculative step after one flushes the rest).
     args50, env50, load50 = table["alternate-50"]
-    served[DEFERRED] = (args50 + ["--speculative-draft-keep-warm", "kv"], {**env50, DEFER_ENV: "8"}, load50)
+    served[DEFERRED] = (args50 + ["--speculative-draft-keep-warm", "kv"],
+                        {**env50, DEFER_ENV: "8", FLUSH_GRAPHS_ENV: "0"}, load50)
     requests_for[DEFERRED] = long_reqs
     served[FLUSH_GRAPHS] = (args50 + ["--speculative-draft-keep-warm", "kv"],
                             {**env50, DEFER_ENV: "8", FLUSH_GRAPHS_ENV: "1"}, load50)

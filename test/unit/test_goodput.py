@@ -522,3 +522,42 @@ def test_every_rank_joins_the_same_syncs_and_only_rank_0_writes_the_table(tmp_pa
             c.on_prepare(True, 4, i)
     assert calls == {0: 3, 1: 3}
     assert path.exists() and [p.name for p in tmp_path.iterdir()] == ["costs.json"]
+
+
+def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_step_time():
+    p = GoodputPolicy(K, probe_every=100)
+    # Speculation at batch 1 measured (by exploration) at 7 ms: worse than plain.
+    p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 7.0, 4: 3.3}))
+    feed(p, accepted=2, steps=30, batch=4)  # about 2.9 tokens a step, speculating at 4
+    assert costs.bucket(4) in p._steady and 1 not in p._steady
+    put(p, _speculating=False, _plain_run=10_000)
+    assert p._decide(1) == (True, "refresh")
+    modes, syncs = [], []
+    for _ in range(GoodputPolicy.REFRESH_STEPS + 1):
+        modes.append(p.speculate(1))
+        p.on_launch(modes[-1], 1)
+        syncs.append(p.sync_due())
+        if modes[-1]:
+            p.on_verify([2])
+        if len(modes) == 1:
+            assert p.stale_spec_buckets() == [1] and p.stale_spec_buckets() == [], "dropped once"
+    assert modes == [True] * GoodputPolicy.REFRESH_STEPS + [False], "a refresh, then plain on the old table"
+    assert syncs.index(True) == GoodputPolicy.REFRESH_STEPS - 1, "the fresh samples are shared after it"
+    p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 3.2, 4: 3.3}))
+    assert p.speculate(1) is True, "the fresh time shows speculation paying"
+    # Once per bucket: the next probe due there is a lone step.
+    put(p, _speculating=False, _plain_run=10_000)
+    p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 7.0, 4: 3.3}))
+    assert p._decide(1) == (True, "probe")
+
+
+def test_no_refresh_where_speculative_times_grow_with_the_batch():
+    """The 8B pair's table: each speculative time at most the next larger batch's, so
+    none looks stale and a probe stays one step (a refresh costs 6 more speculative
+    steps: at acceptance 1.3 and c=64, 1.5% of the bench's run)."""
+    p = GoodputPolicy(K, probe_every=100)
+    p.set_costs(table(plain={32: 5.9, 64: 6.9}, spec={32: 14.7, 64: 26.2}))
+    put(p, _speculating=False, _plain_run=10_000)
+    assert p._decide(32) == (True, "probe") and p._decide(64) == (True, "probe")
+    p.set_costs(table(plain={32: 5.9, 64: 6.9}, spec={32: 20.0, 64: 18.0}))
+    assert p._decide(32) == (True, "refresh") and p._decide(64) == (True, "probe")

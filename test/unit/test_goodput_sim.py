@@ -43,10 +43,11 @@ def rate_for(acceptance: float) -> float:
 
 
 class Server:
-    def __init__(self, acceptance: float, mode: str = "request"):
+    def __init__(self, acceptance: float, mode: str = "request", plain: dict = PLAIN, spec: dict = SPEC):
         self.t, self.it = 0.0, 0
         self.acceptance, self.mode = acceptance, mode
-        self.spec_steps = 0
+        self.plain, self.spec = plain, spec
+        self.spec_steps = self.refresh_steps = 0
         self.p, self.rng = rate_for(acceptance), random.Random(0)
         self.c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, clock=lambda: self.t,
                                             sync_every=32)
@@ -60,6 +61,7 @@ class Server:
                 self.t += self.in_flight[-2]
             self.it += 1
             spec = self.c.speculate(bs)
+            self.refresh_steps += self.c.policy._decide(bs)[1] == "refresh"
             self.c.on_prepare(spec, bs, self.it)
             if spec:
                 self.spec_steps += 1
@@ -68,7 +70,7 @@ class Server:
                 tokens += bs + sum(accepted)
             else:
                 tokens += bs
-            self.in_flight.append(step_time(SPEC if spec else PLAIN, bs))
+            self.in_flight.append(step_time(self.spec if spec else self.plain, bs))
         return tokens, self.t - t0
 
     def _accepted(self, bs: int) -> list[int]:
@@ -112,3 +114,33 @@ def test_lucky_probes_do_not_start_speculative_stretches_where_plain_pays():
     # the GPU (2026-11-30 sweep), 4% at batch 2 to 8.
     _, spec_share = sweep(Server(1.3, "batch"))
     assert all(share <= 0.025 for share in spec_share.values()), spec_share
+
+
+def test_a_stale_speculative_time_is_measured_again_where_it_keeps_the_policy_plain(caplog):
+    """The tiny pair at c=1 (2026-12-02 goodput run): plain 2.1 ms, speculative 3.2 ms,
+    2.8 tokens per verify; the table's first speculative samples at batch 1 came from
+    the end of the warm-up at 5.9 ms, which makes speculation look no better than plain.
+    Without a refresh the policy stayed plain for 70% of 3,000 steps (0.904x the
+    better mode); the first probe due there re-measures it instead, so what is lost is
+    that probe's interval (about 180 plain steps, 2% of the run)."""
+    plain, spec = {1: 2.1e-3, 64: 4.0e-3}, {1: 3.2e-3, 64: 4.8e-3}
+    server = Server(2.8, plain=plain, spec=spec)
+    for _ in range(6):
+        server.c.costs.add(True, 1, 5.9e-3)
+    for _ in range(8):  # and the warm-up's steps at 64, faster than the stale ones
+        server.c.costs.add(False, 1, 2.1e-3)
+        server.c.costs.add(True, 64, 4.8e-3)
+    server.c.sync()
+    assert not server.c.policy.speculate(1), "the stale time must make plain look better first"
+    with caplog.at_level("INFO", logger=ctl.logger.name):
+        tokens, seconds = server.run(1, 200)  # the first probe interval: about 180 steps
+    assert "re-measuring the speculative step at batch bucket 1:" in caplog.text
+    assert server.refresh_steps == GoodputPolicy.REFRESH_STEPS
+    assert server.c.policy.costs[costs.SPEC][1] == pytest.approx(3.2e-3), "the stale samples must go"
+    assert server.c.policy.speculate(1), "the fresh time shows speculation paying"
+    more_tokens, more_seconds = server.run(1, 2800)
+    tokens, seconds = tokens + more_tokens, seconds + more_seconds
+    assert server.spec_steps >= 0.93 * 3000, server.spec_steps
+    assert server.refresh_steps == GoodputPolicy.REFRESH_STEPS, "once per bucket"
+    best = max(1 / plain[1], 2.8 / spec[1])
+    assert tokens / seconds / best >= 0.97, tokens / seconds / best

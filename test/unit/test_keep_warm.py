@@ -734,12 +734,13 @@ def test_deferral_replaces_the_per_step_graphs_unless_checked(llama_draft, monke
     monkeypatch.setattr(keepwarm, "kv_writer_unsupported_reason", lambda model, pool: None)
     monkeypatch.setenv(keepwarm.DEFER_ENV, "4")
     monkeypatch.setenv(keepwarm.CHECK_ENV, "1" if check else "0")
+    monkeypatch.setenv(keepwarm.FLUSH_GRAPHS_ENV, "0")  # defer is stubbed: nothing to capture
     keepwarm.make_keep_warm(None, eagle_worker(llama_draft, world_size=1, slots=40), [1, 2, 8])
     assert calls == (["graphs"] if check else [("defer", 4, 40)]), "rows: 4 x 8, or the 40 request slots"
 
 
-@pytest.mark.parametrize("env, captured", [(None, False), ("0", False), ("1", True)])
-def test_the_flush_is_captured_only_when_asked(llama_draft, monkeypatch, env, captured):
+@pytest.mark.parametrize("env, captured", [(None, True), ("0", False), ("1", True)])
+def test_the_flush_is_captured_unless_turned_off(llama_draft, monkeypatch, env, captured):
     calls = []
     monkeypatch.setattr(keepwarm.DeferredWrites, "capture", lambda self: calls.append(self.rows) or (0.5, 2.0))
     monkeypatch.setattr(keepwarm, "SideStream", lambda device: keepwarm.SameStream())
