@@ -62,6 +62,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):", "if False:",
            (U + "test_goodput.py",),
            why="while plain, the acceptance estimate would never refresh: no way back to speculation"),
+    Mutant("goodput-explores-in-lone-steps", "policy.py",
+           "self._explore_left = (self._explore_left or self.EXPLORE_SYNC) - 1", "self._explore_left = 0",
+           (U + "test_goodput_sim.py",),
+           why="where the batch size wanders, exploring batches would run alone between the other mode's, "
+               "file no step time and explore again (184 switches at c=8 on the tiny pair)"),
     Mutant("goodput-never-refreshes", "policy.py",
            'return True, "refresh" if self._stale_spec(batch_size) else "probe"', 'return True, "probe"',
            (U + "test_goodput.py", U + "test_goodput_sim.py"),

@@ -188,7 +188,10 @@ class GoodputPolicy(ModePolicy):
     step times of the shared cost table (``costs``). No hand-set number decides:
     - a mode without a measured step time near this batch size (within a factor 2;
       for speculation also at most ``SPEC_REACH`` above its largest measured batch)
-      is run, so that it gets one; the controller shares the table after every
+      is run, so that it gets one, for ``EXPLORE_SYNC`` steps in a row whatever the
+      batch size does meanwhile (a lone step files no time: at c=8 on the tiny pair,
+      batches of 5 or 7 explored plain alone between speculative batches of 8, 184
+      switches and 22% plain); the controller shares the table after every
       ``EXPLORE_SYNC`` such steps instead of waiting for its regular schedule;
     - above the largest measured batch size (up to that reach) a speculative step is
       assumed to grow in proportion to the batch and a plain one along its last
@@ -246,6 +249,7 @@ class GoodputPolicy(ModePolicy):
         # Buckets whose speculative time comes from steps the policy chose or a refresh.
         self._steady: set[int] = set()
         self._refresh_left = 0  # steps of the refresh under way
+        self._explore_left = 0  # steps of the exploration under way (mode: _speculating)
         self._stale: list[int] = []  # buckets for the controller to drop (stale_spec_buckets)
         # Answers by batch size for the current state: the scheduler asks three or four
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
@@ -253,6 +257,7 @@ class GoodputPolicy(ModePolicy):
         self._answers: dict[int, tuple[bool, str]] = {}
 
     def set_costs(self, table: dict) -> None:
+        self._explore_left = 0  # what it explored may be in; if not, the next step explores again
         self.costs = {mode: dict(table.get(mode, {})) for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}
         self._answers.clear()
 
@@ -276,6 +281,10 @@ class GoodputPolicy(ModePolicy):
         # Consecutive steps exploring one mode (the count restarts with the other).
         same = why == "explore" and self._explored and speculative == self._speculating
         self._explored = self._explored + 1 if same else int(why == "explore")
+        if why == "explore":
+            # Lone steps file no time (controller._time_step): an exploration runs on
+            # for EXPLORE_SYNC steps whatever the batch size does meanwhile.
+            self._explore_left = (self._explore_left or self.EXPLORE_SYNC) - 1
         self._plain_run = 0 if speculative else self._plain_run + 1
         self._speculating = speculative
         if speculative and why == "goodput":
@@ -337,6 +346,8 @@ class GoodputPolicy(ModePolicy):
     def _answer(self, batch_size: int) -> tuple[bool, str]:
         if self._refresh_left:
             return True, "refresh"
+        if self._explore_left:
+            return bool(self._speculating), "explore"
         if not self._spec_measured_for(batch_size):
             return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):

@@ -144,3 +144,35 @@ def test_a_stale_speculative_time_is_measured_again_where_it_keeps_the_policy_pl
     assert server.refresh_steps == GoodputPolicy.REFRESH_STEPS, "once per bucket"
     best = max(1 / plain[1], 2.8 / spec[1])
     assert tokens / seconds / best >= 0.97, tokens / seconds / best
+
+
+def test_an_exploration_runs_on_while_the_batch_size_wanders():
+    """The tiny pair's c=8 in a closed loop (2026-12-02, round 2): batches of 5 to 8
+    requests as requests finish and join, plain measured only at 1, 6 and 16. At 5 or 7
+    no plain time lay within a factor 2, so each such batch explored plain alone, the
+    next batch of 8 speculated again, and a lone step files no time: 184 switches and
+    22% plain where speculation paid. An exploration now runs on for EXPLORE_SYNC
+    steps, so it files what it explores."""
+    plain = {1: 2.14e-3, 6: 1.48e-3, 16: 2.31e-3, 64: 2.57e-3}
+    spec = {1: 2.8e-3, 5: 2.85e-3, 8: 2.94e-3, 24: 3.15e-3, 64: 3.8e-3}
+    server = Server(2.9, plain=plain, spec=spec)
+    for b in (1, 16, 64):
+        for _ in range(costs.MIN_SAMPLES):
+            server.c.costs.add(False, b, plain[b])
+    for b in (1, 8, 24, 64):
+        for _ in range(costs.MIN_SAMPLES):
+            server.c.costs.add(True, b, spec[b])
+    server.c.sync()
+    for i in range(30):  # speculating at 8 with 2 of 3 drafts accepted
+        server.c.policy.acceptance.update([2] * 8, i)
+    server.c.policy._speculating = True
+    sizes = random.Random(1)
+    modes = []
+    for _ in range(400):
+        before = server.spec_steps
+        server.run(sizes.choice([5, 6, 7, 8, 8, 8]), 1)
+        modes.append(server.spec_steps > before)
+    switches = sum(a != b for a, b in zip(modes, modes[1:]))
+    assert switches <= 6, switches
+    assert any(b in server.c.policy.costs[costs.PLAIN] for b in (5, 6, 7, 8)), "plain was never filed"
+    assert sum(modes[-300:]) == 300, "speculation pays at 5 to 8 once plain is measured"
