@@ -61,7 +61,8 @@
 #               points of 3.5 that missed 0.98x in goodput1
 #        hosttiny  the tiny pair (host-bound: 1-4 ms a step) with the host timing on, c=1, 8, 64: no-spec,
 #               always plain, static EAGLE-3, always speculative; per-function tables at each batch size
-#        flushgraphs  the deferred keep-warm writes' flush as graphs (SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1):
+#        flushgraphs  the deferred keep-warm writes' flush as graphs (the default) against the eager flush
+#               (SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 and =0, each set explicitly):
 #               the tiny pair's K/V test (alternate-50, eager and captured flush), host time of always plain
 #               on the tiny pair (no-spec, eager flush, flush graphs), 8B always plain at c=32, 64 (both)
 #        goodput2  issue 13's sweep on two GPUs at once, one bench per GPU (CUDA_VISIBLE_DEVICES,
@@ -310,13 +311,13 @@ if [ "$cmd" = start ]; then
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \
                         -k "alternate-50 or deferred or captured_flush"
                     ht fg-plain --configs plain
-                    ht fg-eager --configs adaptive-threshold --threshold 0
+                    SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=0 ht fg-eager --configs adaptive-threshold --threshold 0
                     SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 ht fg-graphs --configs adaptive-threshold --threshold 0
                     step fg-report python benchmark/hosttime_report.py --bucket decode-8 --bucket decode-64 \
                         --json "$W/fg-report/hosttime.json" plain="$W/fg-plain/timing" \
                         eager-flush="$W/fg-eager/timing" flush-graphs="$W/fg-graphs/timing"
                     plaincost fg-8b-graphs SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 --keep-warm kv
-                    plaincost fg-8b-eager "" --keep-warm kv ;;
+                    plaincost fg-8b-eager SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=0 --keep-warm kv ;;
             prefillcost) step prefillcost python -m sglang_adaptive.bench --configs plain,adaptive-threshold \
                         --threshold 0 --keep-warm none --closed 32,64 --in-len 256 --out-len 2 \
                         --requests-per-client 8 --rates "" --phases "" --out "$W/prefillcost" ;;

@@ -215,9 +215,8 @@ class GoodputPolicy(ModePolicy):
       against 3.2 ms steady, which kept the policy plain for 70% of the batches where
       speculation paid. At most once per bucket: ``REFRESH_STEPS`` - 1 speculative
       steps beyond the probe budget per bucket for the life of the server, none where
-      the times grow with the batch (the 8B pair's). (Counting a refresh as that many
-      probes kept within the budget but let the acceptance evidence age away before
-      the next probe: in the simulated 1.3 sweep two lucky probes then started a stretch.)
+      the times grow with the batch (the 8B pair's). It does not push the next probe
+      back: the acceptance evidence would age away meanwhile.
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap; leaving plain also needs it with the acceptance
       estimate less one standard error, counted in speculative steps (a probe or two

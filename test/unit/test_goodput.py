@@ -554,7 +554,7 @@ def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_ste
 def test_no_refresh_where_speculative_times_grow_with_the_batch():
     """The 8B pair's table: each speculative time at most the next larger batch's, so
     none looks stale and a probe stays one step (a refresh costs 6 more speculative
-    steps: at acceptance 1.3 and c=64, 1.5% of the bench's run)."""
+    steps: at acceptance 1.3 and c=64 about 1.5% of the bench's run, by this table)."""
     p = GoodputPolicy(K, probe_every=100)
     p.set_costs(table(plain={32: 5.9, 64: 6.9}, spec={32: 14.7, 64: 26.2}))
     put(p, _speculating=False, _plain_run=10_000)
