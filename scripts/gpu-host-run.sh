@@ -119,6 +119,9 @@ if [ "$cmd" = start ]; then
     # shellcheck disable=SC1091
     source scripts/install-on-gpu-host.sh || exit 1
     export PYTHONUNBUFFERED=1
+    # wait looks for "all done" after the last such line: a second start in one lease
+    # must not find the first one's.
+    echo "$(date +%T) run: $*" >>"$W/progress.log"
     setsid bash -c '
         W='"$W"'
         step() {  # name, command...
@@ -361,7 +364,7 @@ if [ "$cmd" = wait ]; then
     while [ $SECONDS -lt $deadline ]; do
         n=$( (wc -l <"$W/progress.log") 2>/dev/null || echo 0)
         if [ "$n" -gt "$seen" ]; then sed -n "$((seen + 1)),${n}p" "$W/progress.log"; seen=$n; fi
-        grep -q "all done" "$W/progress.log" 2>/dev/null && break
+        awk '/ run: /{d=0} /all done/{d=1} END{exit !d}' "$W/progress.log" 2>/dev/null && break
         # A lease can end before this wait does (the session's device time runs out, and the
         # command is killed): what $OUT holds then still comes back, so keep it current.
         if [ $SECONDS -ge $next_snapshot ]; then snapshot; next_snapshot=$((SECONDS + every)); fi

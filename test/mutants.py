@@ -68,10 +68,22 @@ MUTANTS: tuple[Mutant, ...] = (
            why="where the batch size wanders, exploring batches would run alone between the other mode's, "
                "file no step time and explore again (184 switches at c=8 on the tiny pair)"),
     Mutant("goodput-never-refreshes", "policy.py",
-           'return True, "refresh" if self._stale_spec(batch_size) else "probe"', 'return True, "probe"',
+           'return True, "refresh" if close or self._stale_spec(batch_size) else "probe"', 'return True, "probe"',
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="a stale speculative step time would keep the policy plain where speculation pays "
                "(70% plain at c=1 on the tiny pair)"),
+    Mutant("goodput-refreshes-only-stale-times", "policy.py",
+           'return True, "refresh" if close or self._stale_spec(batch_size) else "probe"',
+           'return True, "refresh" if self._stale_spec(batch_size) else "probe"',
+           (U + "test_goodput_sim.py",),
+           why="a speculative time measured once too slow where the policy had speculated, or an estimate "
+               "too unsure at batch 1, would keep it plain where speculation pays (84% plain at c=1 on the "
+               "tiny pair, 0.86x static EAGLE-3)"),
+    Mutant("goodput-acceptance-counts-requests", "policy.py",
+           "        weight = 1.0 / len(num_correct)", "        weight = 1.0",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="after a load of 64 requests drops to one, the large batches' acceptance would stand for "
+               "some 600 steps against the fresh verifies"),
     Mutant("goodput-refresh-keeps-stale-samples", "controller.py",
            "            self.costs.forget(SPEC, b)", "            pass",
            (U + "test_goodput_sim.py",),

@@ -35,6 +35,10 @@ KEEP_WARM_KV = "kv"
 KEEP_WARM_FULL = "full"
 KEEP_WARM_CHOICES = (KEEP_WARM_NONE, KEEP_WARM_KV, KEEP_WARM_FULL)
 
+# Why the goodput policy re-measures a bucket's speculative step (the log line says it).
+REFRESH_STALE = "it was measured slower than at a larger batch"
+REFRESH_CLOSE = "speculation and plain decode predict within the hysteresis there"
+
 
 class ModePolicy:
     """Speculate on every batch: the no-op policy (static EAGLE behaviour)."""
@@ -62,10 +66,10 @@ class ModePolicy:
     def set_costs(self, table: dict) -> None:
         """The step-cost table shared by rank 0; only the goodput policy reads it."""
 
-    def stale_spec_buckets(self) -> list[int]:
-        """Batch-size buckets whose speculative step times the controller should drop
-        now, each since the last call (the goodput policy's re-measurement); the same
-        on every TP rank."""
+    def stale_spec_buckets(self) -> list[tuple[int, str]]:
+        """(batch-size bucket, why) for each bucket whose speculative step times the
+        controller should drop now, since the last call (the goodput policy's
+        re-measurement); the same on every TP rank."""
         return []
 
     def describe(self) -> str:
@@ -120,9 +124,10 @@ class AcceptanceEstimator:
     Position i (0-based) is reached by a request whose verify accepted at least i
     drafts and accepted when it accepted at least i + 1; the expected tokens of a
     speculative step per request follow as 1 + sum over i of the product of the
-    conditional rates up to i. Evidence ages with launched steps (half-life
+    conditional rates up to i. A verify counts as one step whatever its batch size
+    (each request 1 / batch), and evidence ages with launched steps (half-life
     ``half_life`` steps), speculative or not, so after a plain stretch a probe's
-    fresh verify outweighs what came before it.
+    fresh verify outweighs what came before it, also where that ran larger batches.
     """
 
     # The spread of a step's mean tokens per request assumed before any is seen
@@ -152,13 +157,18 @@ class AcceptanceEstimator:
         self._steps = self._steps * factor + 1.0
         self._sum = self._sum * factor + mean
         self._sum_sq = self._sum_sq * factor + mean * mean
+        # Counted per step as the error is: each step weighs 1 whatever its batch size,
+        # or a batch of 64 outweighs 64 later verifies at batch 1 and ages away only
+        # after six half-lives (a load that drops to one request went on predicting
+        # with the large batches' acceptance for some 600 steps).
         # k + 1 passes of list.count (C loops), not a Python loop over requests.
+        weight = 1.0 / len(num_correct)
         at_least = len(num_correct)
         for i in range(self.k):
             reached = at_least
             at_least -= num_correct.count(i)
-            self.reached[i] = self.reached[i] * factor + reached
-            self.accepted[i] = self.accepted[i] * factor + at_least
+            self.reached[i] = self.reached[i] * factor + reached * weight
+            self.accepted[i] = self.accepted[i] * factor + at_least * weight
 
     def rates(self) -> list[float]:
         return [a / r for a, r in zip(self.accepted, self.reached)]
@@ -213,10 +223,20 @@ class GoodputPolicy(ModePolicy):
       step time; a lone probe files none. Exploration's few samples come from whatever
       ran then: on the tiny pair at c=1, 5.9 ms a step from the warm-up's last requests
       against 3.2 ms steady, which kept the policy plain for 70% of the batches where
-      speculation paid. At most once per bucket: ``REFRESH_STEPS`` - 1 speculative
-      steps beyond the probe budget per bucket for the life of the server, none where
-      the times grow with the batch (the 8B pair's). It does not push the next probe
-      back: the acceptance evidence would age away meanwhile.
+      speculation paid. For this reason at most once per bucket: ``REFRESH_STEPS`` - 1
+      speculative steps beyond the probe budget per bucket for the life of the server,
+      none where the times grow with the batch (the 8B pair's);
+    - the probe due is a refresh too where the call is close (``_close_call``: the
+      estimate as it stands puts speculation within the hysteresis of plain, or ahead,
+      but not surely ahead), as often as probes come. There a lone probe cannot settle
+      it: at batch 1 one verify is one request's, its evidence ages away by the next
+      probe a few half-lives later, so the standard error never shrinks enough to leave
+      plain; and a speculative time measured once too slow stays in the table. On the
+      tiny pair at c=1 (real acceptance 2.8) that kept the policy plain for 84% of the
+      batches where speculation paid 12%. A refresh brings ``REFRESH_STEPS`` verifies
+      and a fresh step time at once; near the call its steps cost about what plain ones
+      would. A refresh does not push the next probe back: the acceptance evidence would
+      age away meanwhile.
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap; leaving plain also needs it with the acceptance
       estimate less one standard error, counted in speculative steps (a probe or two
@@ -249,7 +269,8 @@ class GoodputPolicy(ModePolicy):
         self._steady: set[int] = set()
         self._refresh_left = 0  # steps of the refresh under way
         self._explore_left = 0  # steps of the exploration under way (mode: _speculating)
-        self._stale: list[int] = []  # buckets for the controller to drop (stale_spec_buckets)
+        # (bucket, why) for the controller to drop (stale_spec_buckets)
+        self._stale: list[tuple[int, str]] = []
         # Answers by batch size for the current state: the scheduler asks three or four
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
         # step) each full answer (~5 us) counts. Emptied wherever the state moves.
@@ -290,17 +311,18 @@ class GoodputPolicy(ModePolicy):
             self._steady.add(costs.bucket(batch_size))
 
     def _refresh_step(self, batch_size: int) -> None:
-        if not self._refresh_left:  # its first step: once per bucket
+        if not self._refresh_left:  # its first step
             b = costs.bucket(batch_size)
-            self._steady.add(b)
-            self._stale.append(b)
+            why = REFRESH_STALE if self._stale_spec(batch_size) else REFRESH_CLOSE
+            self._steady.add(b)  # a stale time is refreshed once per bucket
+            self._stale.append((b, why))
             self._refresh_left = self.REFRESH_STEPS
             self._plain_run = 0  # the next probe is due an interval after it
         self._refresh_left -= 1
         # Sync after the last step, as after an exploration.
         self._explored = self.REFRESH_STEPS - self._refresh_left
 
-    def stale_spec_buckets(self) -> list[int]:
+    def stale_spec_buckets(self) -> list[tuple[int, str]]:
         stale, self._stale = self._stale, []
         return stale
 
@@ -375,7 +397,8 @@ class GoodputPolicy(ModePolicy):
         windows = self.costs[costs.PROBE]
         t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
         if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
-            return True, "refresh" if self._stale_spec(batch_size) else "probe"
+            close = expected / t_spec >= plain * (1 - self.hysteresis)
+            return True, "refresh" if close or self._stale_spec(batch_size) else "probe"
         return False, "goodput"
 
     def speculate(self, batch_size: int) -> bool:

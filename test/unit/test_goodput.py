@@ -1,6 +1,7 @@
 """The goodput policy, its acceptance estimate and the step-cost table, on synthetic
 cost tables and acceptance streams (pure Python: no torch, no SGLang)."""
 
+import copy
 import json
 import os
 import threading
@@ -8,7 +9,7 @@ import threading
 import pytest
 
 from sglang_adaptive import controller as ctl, costs
-from sglang_adaptive.policy import AcceptanceEstimator, GoodputPolicy, PolicyConfig, make_policy
+from sglang_adaptive.policy import REFRESH_STALE, AcceptanceEstimator, GoodputPolicy, PolicyConfig, make_policy
 
 K = 3  # draft steps: up to 4 tokens per speculative step
 
@@ -59,8 +60,9 @@ def test_acceptance_per_position_gives_the_expected_tokens_per_step():
     est = AcceptanceEstimator(K, half_life=1e9)
     # 10 requests: 4 accept nothing, 3 accept one draft, 2 accept two, 1 all three.
     est.update([0] * 4 + [1] * 3 + [2] * 2 + [3], step=1)
-    # Priors (1 reached, 0.5 accepted per position) are included.
-    reached, accepted = [11, 7, 4], [6.5, 3.5, 1.5]
+    # The step weighs 1 (each request 1/10); the prior (1 reached, 0.5 accepted per
+    # position) is included.
+    reached, accepted = [2.0, 1.6, 1.3], [1.1, 0.8, 0.6]
     assert est.rates() == pytest.approx([a / r for a, r in zip(accepted, reached)])
     r = est.rates()
     assert est.expected_tokens() == pytest.approx(1 + r[0] + r[0] * r[1] + r[0] * r[1] * r[2])
@@ -70,7 +72,22 @@ def test_old_evidence_halves_every_half_life_of_launched_steps():
     est = AcceptanceEstimator(1, half_life=10)
     est.update([1] * 1000, step=0)   # all accepted
     est.update([0] * 1000, step=10)  # all rejected, one half-life later
-    assert est.rates()[0] == pytest.approx((500 + 0.25) / (1500 + 0.5), rel=1e-3)
+    # (prior 0.5 of 1, plus the first step's 1 of 1), halved; then the second step's 0 of 1
+    assert est.rates()[0] == pytest.approx((1.5 * 0.5 + 0) / (2 * 0.5 + 1), rel=1e-9)
+
+
+def test_a_step_weighs_one_whatever_its_batch_size():
+    """A load that drops from 64 requests to 1: 100 verifies at batch 64 that accepted
+    every draft, a plain stretch of 300 steps (4.7 half-lives), then 7 verifies at batch
+    1 that accepted none. Counted per request, the large batches' 6,400 requests would
+    still hold 250 of weight against 7 and predict about 3.9 tokens a step."""
+    est = AcceptanceEstimator(K)
+    for i in range(100):
+        est.update([K] * 64, step=i)
+    for i in range(400, 407):
+        est.update([0], step=i)
+    assert est.expected_tokens() < 2.2, est.expected_tokens()
+    assert est.rates()[0] == pytest.approx(est.accepted[0] / est.reached[0])
 
 
 def test_the_standard_error_counts_steps_not_requests():
@@ -91,8 +108,9 @@ def test_the_standard_error_counts_steps_not_requests():
 
 def test_expected_tokens_span_one_to_k_plus_one():
     low, high = AcceptanceEstimator(K), AcceptanceEstimator(K)
-    low.update([0] * 10_000, step=1)
-    high.update([K] * 10_000, step=1)
+    for i in range(1000):  # steps, each weighing 1: the prior's weight of one step fades
+        low.update([0] * 10, step=i)
+        high.update([K] * 10, step=i)
     assert low.expected_tokens() == pytest.approx(1.0, abs=1e-3)
     assert high.expected_tokens() == pytest.approx(K + 1, abs=1e-2)
 
@@ -259,13 +277,20 @@ def test_an_unmeasured_large_batch_leans_plain_and_a_probe_does_not_hold_specula
     # speculate (2.7 / 20 ms beats 1 / 8.5 ms by 15%); in proportion (25 ms) it does not.
     p.set_costs(table(plain={32: 7.0, 64: 8.0}, spec={32: 14.0, 64: 20.0}))
     assert p.speculate(80) is False
-    # Where the two modes predict within the hysteresis, a probe leaves the policy
-    # plain: the step after it is plain again, not "speculating, so stay".
-    e = p.acceptance.expected_tokens()
-    p.set_costs(table(plain={8: 3.0}, spec={8: 3.0 * e / 1.03}))
+    # A probe leaves the policy plain: where its verify brings the two modes within the
+    # hysteresis, the step after it is plain again, not "speculating, so stay".
+    after = copy.deepcopy(p.acceptance)
+    after.update([K] * 8, p._launched + 1)  # verified after its launch
+    e, e_after = p.acceptance.expected_tokens(), after.expected_tokens()
+    t_spec = 3.0 * e_after / 0.97  # after the probe's verify: 3% behind plain
+    assert e / t_spec < 0.95 / 3.0, "before it: further behind than the hysteresis"
+    p.set_costs(table(plain={8: 3.0}, spec={8: t_spec}))
     assert p.speculate(8) is False
     put(p, _plain_run=10_000)
-    p.on_launch(p.speculate(8), 8)
+    assert p._decide(8) == (True, "probe")
+    p.on_launch(True, 8)
+    p.on_verify([K] * 8)
+    assert p.acceptance.expected_tokens() == pytest.approx(e_after)
     assert p.speculate(8) is False
 
 
@@ -540,7 +565,7 @@ def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_ste
         if modes[-1]:
             p.on_verify([2])
         if len(modes) == 1:
-            assert p.stale_spec_buckets() == [1] and p.stale_spec_buckets() == [], "dropped once"
+            assert p.stale_spec_buckets() == [(1, REFRESH_STALE)] and p.stale_spec_buckets() == [], "dropped once"
     assert modes == [True] * GoodputPolicy.REFRESH_STEPS + [False], "a refresh, then plain on the old table"
     assert syncs.index(True) == GoodputPolicy.REFRESH_STEPS - 1, "the fresh samples are shared after it"
     p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 3.2, 4: 3.3}))
