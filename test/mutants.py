@@ -79,13 +79,19 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a speculative time measured once too slow where the policy had speculated, or an estimate "
                "too unsure at batch 1, would keep it plain where speculation pays (84% plain at c=1 on the "
                "tiny pair, 0.86x static EAGLE-3)"),
+    Mutant("goodput-never-refreshes-plain", "policy.py",
+           'return (False, "refresh") if self._stale_plain(batch_size) else (True, "goodput")',
+           'return True, "goodput"',
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="a plain time measured too slow once would keep the policy speculating where plain pays "
+               "(0.91x the better mode in the simulated case)"),
     Mutant("goodput-acceptance-counts-requests", "policy.py",
            "        weight = 1.0 / len(num_correct)", "        weight = 1.0",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="after a load of 64 requests drops to one, the large batches' acceptance would stand for "
                "some 600 steps against the fresh verifies"),
     Mutant("goodput-refresh-keeps-stale-samples", "controller.py",
-           "            self.costs.forget(SPEC, b)", "            pass",
+           "            self.costs.forget(mode, b)", "            pass",
            (U + "test_goodput_sim.py",),
            why="a refresh's fresh samples would share the median with the stale ones it was for"),
     Mutant("goodput-trusts-a-lucky-probe", "policy.py",

@@ -211,7 +211,7 @@ class AdaptiveModeController(ModeController):
         self._recent: deque = deque(maxlen=6)
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
         self._synced_buckets = 0
-        self._refresh_logged: set[tuple[int, str]] = set()
+        self._refresh_logged: set[tuple[str, int, str]] = set()
         self.telemetry = telemetry or NoTelemetry()
         self.recovery = RecoveryProfile()
 
@@ -241,12 +241,13 @@ class AdaptiveModeController(ModeController):
         self._time_step(speculative, batch_size, forward_iter)
         self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
         self.policy.on_launch(speculative, batch_size)
-        for b, why in self.policy.stale_spec_buckets():
-            self.costs.forget(SPEC, b)
+        for mode, b, why in self.policy.stale_buckets():
+            self.costs.forget(mode, b)
             # Close calls re-measure at every probe due: logged the first time only.
-            if self.writes_table and (b, why) not in self._refresh_logged:
-                self._refresh_logged.add((b, why))
-                logger.info("AdaptiveEAGLE re-measuring the speculative step at batch bucket %d: %s", b, why)
+            if self.writes_table and (mode, b, why) not in self._refresh_logged:
+                self._refresh_logged.add((mode, b, why))
+                logger.info("AdaptiveEAGLE re-measuring the %s step at batch bucket %d: %s",
+                            "speculative" if mode == SPEC else "plain", b, why)
         self.last_decode_width = self.spec_width if speculative else 1
         self.stats.record(speculative)
         total = self.stats.spec_batches + self.stats.plain_batches

@@ -66,10 +66,10 @@ class ModePolicy:
     def set_costs(self, table: dict) -> None:
         """The step-cost table shared by rank 0; only the goodput policy reads it."""
 
-    def stale_spec_buckets(self) -> list[tuple[int, str]]:
-        """(batch-size bucket, why) for each bucket whose speculative step times the
-        controller should drop now, since the last call (the goodput policy's
-        re-measurement); the same on every TP rank."""
+    def stale_buckets(self) -> list[tuple[str, int, str]]:
+        """(mode, batch-size bucket, why) for each bucket whose step times in that mode
+        (``costs.PLAIN`` or ``costs.SPEC``) the controller should drop now, since the
+        last call (the goodput policy's re-measurement); the same on every TP rank."""
         return []
 
     def describe(self) -> str:
@@ -236,7 +236,14 @@ class GoodputPolicy(ModePolicy):
       batches where speculation paid 12%. A refresh brings ``REFRESH_STEPS`` verifies
       and a fresh step time at once; near the call its steps cost about what plain ones
       would. A refresh does not push the next probe back: the acceptance evidence would
-      age away meanwhile.
+      age away meanwhile;
+    - while speculating, a plain time that looks stale (``_stale_plain``: slower than at
+      a larger batch, and never since by plain steps the policy chose) is measured again
+      the same way, with ``REFRESH_STEPS`` plain steps, once per bucket: no probe runs
+      plain steps while speculating, so a plain time measured too slow once would keep
+      the policy speculating where plain pays, the users' case (plain decode ahead at
+      every load) turned round. The tiny pair's table held plain 2.43 ms at batch 16
+      against 2.04 at 24.
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap; leaving plain also needs it with the acceptance
       estimate less one standard error, counted in speculative steps (a probe or two
@@ -265,12 +272,14 @@ class GoodputPolicy(ModePolicy):
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
         self._explored = 0  # exploration steps launched since the last sync they asked for
-        # Buckets whose speculative time comes from steps the policy chose or a refresh.
+        # Buckets whose speculative (plain) time comes from steps the policy chose or a refresh.
         self._steady: set[int] = set()
+        self._steady_plain: set[int] = set()
         self._refresh_left = 0  # steps of the refresh under way
+        self._refresh_spec = True  # its mode
         self._explore_left = 0  # steps of the exploration under way (mode: _speculating)
-        # (bucket, why) for the controller to drop (stale_spec_buckets)
-        self._stale: list[tuple[int, str]] = []
+        # (mode, bucket, why) for the controller to drop (stale_buckets)
+        self._stale: list[tuple[str, int, str]] = []
         # Answers by batch size for the current state: the scheduler asks three or four
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
         # step) each full answer (~5 us) counts. Emptied wherever the state moves.
@@ -291,8 +300,8 @@ class GoodputPolicy(ModePolicy):
         decided, why = self._decide(batch_size)
         self._answers.clear()
         self._launched += 1
-        if why == "refresh" and speculative:
-            self._refresh_step(batch_size)
+        if why == "refresh" and speculative == decided:
+            self._refresh_step(batch_size, speculative)
             return
         if speculative != decided or why == "probe":
             # Not the policy's mode: a probe, or a batch forced to speculate.
@@ -307,22 +316,26 @@ class GoodputPolicy(ModePolicy):
             self._explore_left = (self._explore_left or self.EXPLORE_SYNC) - 1
         self._plain_run = 0 if speculative else self._plain_run + 1
         self._speculating = speculative
-        if speculative and why == "goodput":
-            self._steady.add(costs.bucket(batch_size))
+        if why == "goodput":
+            (self._steady if speculative else self._steady_plain).add(costs.bucket(batch_size))
 
-    def _refresh_step(self, batch_size: int) -> None:
+    def _refresh_step(self, batch_size: int, speculative: bool) -> None:
         if not self._refresh_left:  # its first step
             b = costs.bucket(batch_size)
-            why = REFRESH_STALE if self._stale_spec(batch_size) else REFRESH_CLOSE
-            self._steady.add(b)  # a stale time is refreshed once per bucket
-            self._stale.append((b, why))
-            self._refresh_left = self.REFRESH_STEPS
-            self._plain_run = 0  # the next probe is due an interval after it
+            if speculative:
+                why = REFRESH_STALE if self._stale_spec(batch_size) else REFRESH_CLOSE
+                self._steady.add(b)  # a stale time is refreshed once per bucket
+                self._plain_run = 0  # the next probe is due an interval after it
+            else:
+                why = REFRESH_STALE
+                self._steady_plain.add(b)
+            self._stale.append((costs.SPEC if speculative else costs.PLAIN, b, why))
+            self._refresh_left, self._refresh_spec = self.REFRESH_STEPS, speculative
         self._refresh_left -= 1
         # Sync after the last step, as after an exploration.
         self._explored = self.REFRESH_STEPS - self._refresh_left
 
-    def stale_spec_buckets(self) -> list[tuple[int, str]]:
+    def stale_buckets(self) -> list[tuple[str, int, str]]:
         stale, self._stale = self._stale, []
         return stale
 
@@ -358,15 +371,22 @@ class GoodputPolicy(ModePolicy):
         """Whether this bucket's speculative time needs measuring again: the policy has
         not chosen to speculate here, and a larger batch's speculative step was measured
         faster, which a step of fewer requests cannot be in steady state."""
+        return self._stale_in(costs.SPEC, self._steady, batch_size)
+
+    def _stale_plain(self, batch_size: int) -> bool:
+        """The same for the plain time, where the policy has not chosen plain."""
+        return self._stale_in(costs.PLAIN, self._steady_plain, batch_size)
+
+    def _stale_in(self, mode: str, steady: set, batch_size: int) -> bool:
         b = costs.bucket(batch_size)
-        spec = self.costs[costs.SPEC]
-        own = spec.get(b)
-        return (b not in self._steady and own is not None
-                and any(t < own for other, t in spec.items() if other > b))
+        times = self.costs[mode]
+        own = times.get(b)
+        return (b not in steady and own is not None
+                and any(t < own for other, t in times.items() if other > b))
 
     def _answer(self, batch_size: int) -> tuple[bool, str]:
         if self._refresh_left:
-            return True, "refresh"
+            return self._refresh_spec, "refresh"
         if self._explore_left:
             return bool(self._speculating), "explore"
         if not self._spec_measured_for(batch_size):
@@ -379,7 +399,8 @@ class GoodputPolicy(ModePolicy):
         plain, spec = 1.0 / t_plain, expected / t_spec
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
-                return True, "goodput"
+                # Staying rests on the plain time: measure it again if it looks stale.
+                return (False, "refresh") if self._stale_plain(batch_size) else (True, "goodput")
             return False, "goodput"
         # Leaving plain needs the estimate less one standard error to pay: a lucky
         # probe alone (upstream's simulated acceptance 1.3 gives a whole batch 2

@@ -549,6 +549,20 @@ def test_every_rank_joins_the_same_syncs_and_only_rank_0_writes_the_table(tmp_pa
     assert path.exists() and [p.name for p in tmp_path.iterdir()] == ["costs.json"]
 
 
+def refresh_steps(p: GoodputPolicy, accepted: int) -> tuple[list, list, list]:
+    """A refresh's steps at batch 1 and the step after: the modes, whether each asked
+    for a sync, and every bucket it gave the controller to drop."""
+    modes, syncs, dropped = [], [], []
+    for _ in range(GoodputPolicy.REFRESH_STEPS + 1):
+        modes.append(p.speculate(1))
+        p.on_launch(modes[-1], 1)
+        syncs.append(p.sync_due())
+        dropped += p.stale_buckets()
+        if modes[-1]:
+            p.on_verify([accepted])
+    return modes, syncs, dropped
+
+
 def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_step_time():
     p = GoodputPolicy(K, probe_every=100)
     # Speculation at batch 1 measured (by exploration) at 7 ms: worse than plain.
@@ -557,15 +571,8 @@ def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_ste
     assert costs.bucket(4) in p._steady and 1 not in p._steady
     put(p, _speculating=False, _plain_run=10_000)
     assert p._decide(1) == (True, "refresh")
-    modes, syncs = [], []
-    for _ in range(GoodputPolicy.REFRESH_STEPS + 1):
-        modes.append(p.speculate(1))
-        p.on_launch(modes[-1], 1)
-        syncs.append(p.sync_due())
-        if modes[-1]:
-            p.on_verify([2])
-        if len(modes) == 1:
-            assert p.stale_spec_buckets() == [(1, REFRESH_STALE)] and p.stale_spec_buckets() == [], "dropped once"
+    modes, syncs, dropped = refresh_steps(p, accepted=2)
+    assert dropped == [(costs.SPEC, 1, REFRESH_STALE)], "dropped once"
     assert modes == [True] * GoodputPolicy.REFRESH_STEPS + [False], "a refresh, then plain on the old table"
     assert syncs.index(True) == GoodputPolicy.REFRESH_STEPS - 1, "the fresh samples are shared after it"
     p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 3.2, 4: 3.3}))
@@ -586,3 +593,32 @@ def test_no_refresh_where_speculative_times_grow_with_the_batch():
     assert p._decide(32) == (True, "probe") and p._decide(64) == (True, "probe")
     p.set_costs(table(plain={32: 5.9, 64: 6.9}, spec={32: 20.0, 64: 18.0}))
     assert p._decide(32) == (True, "refresh") and p._decide(64) == (True, "probe")
+
+
+def test_while_speculating_a_stale_plain_time_is_measured_again_once():
+    """The users' case turned round: plain pays at batch 1 (2.5 ms against 5.5 ms for 2
+    tokens), but the table's plain time there was measured once at 6 ms, slower than at
+    batch 8; no probe runs plain steps while speculating, so it would stand for good."""
+    p = GoodputPolicy(K)
+    stale = table(plain={1: 6.0, 8: 2.8}, spec={1: 5.5, 8: 5.6})
+    p.set_costs(stale)
+    feed(p, accepted=1, steps=30, batch=1)  # 2 tokens a step
+    put(p, _speculating=True)
+    assert p._decide(1) == (False, "refresh")
+    modes, syncs, dropped = refresh_steps(p, accepted=1)
+    assert dropped == [(costs.PLAIN, 1, REFRESH_STALE)], "dropped once"
+    assert modes == [False] * GoodputPolicy.REFRESH_STEPS + [True], "a refresh, then the old table's answer"
+    assert syncs.index(True) == GoodputPolicy.REFRESH_STEPS - 1, "the fresh samples are shared after it"
+    assert p._speculating is True, "a refresh does not set the mode"
+    p.set_costs(table(plain={1: 2.5, 8: 2.8}, spec={1: 5.5, 8: 5.6}))
+    assert p.speculate(1) is False, "the fresh time shows plain paying"
+    # Once per bucket.
+    put(p, _speculating=True)
+    p.set_costs(stale)
+    assert p._decide(1) == (True, "goodput")
+    # None where the plain times grow with the batch.
+    q = GoodputPolicy(K)
+    q.set_costs(table(plain={1: 6.0, 8: 6.5}, spec={1: 5.5, 8: 5.6}))
+    feed(q, accepted=1, steps=30, batch=1)
+    put(q, _speculating=True)
+    assert q._decide(1) == (True, "goodput")

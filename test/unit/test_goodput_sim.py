@@ -256,3 +256,28 @@ def test_a_close_call_re_measures_a_speculative_time_once_too_slow(caplog):
     # Refreshes come one probe interval apart (300 steps here); the standard error of
     # one refresh's 7 one-request verifies takes one to three of them to leave plain.
     assert server.spec_steps >= 0.6 * 3000, server.spec_steps
+
+
+def test_a_plain_time_measured_too_slow_once_does_not_keep_the_policy_speculating(caplog):
+    """Where plain pays at batch 1 (2.5 ms a step against 5.5 ms for 2 tokens) but the
+    table's plain time there came from a slow stretch (6 ms, slower than batch 8's), the
+    policy speculates at 0.91x the better mode unless it measures plain again."""
+    plain, spec = {1: 2.5e-3, 8: 2.8e-3}, {1: 5.5e-3, 8: 5.6e-3}
+    server = Server(2.0, plain=plain, spec=spec)
+    for _ in range(costs.MIN_SAMPLES):
+        server.c.costs.add(False, 1, 6.0e-3)
+        server.c.costs.add(False, 8, plain[8])
+        server.c.costs.add(True, 1, spec[1])
+        server.c.costs.add(True, 8, spec[8])
+    server.c.sync()
+    for i in range(30):
+        server.c.policy.acceptance.update(server._accepted(1), i)
+    server.c.policy._speculating = True
+    assert server.c.policy._decide(1)[1] == "refresh"
+    with caplog.at_level("INFO", logger=ctl.logger.name):
+        tokens, seconds = server.run(1, 2000)
+    assert "re-measuring the plain step at batch bucket 1: it was measured slower" in caplog.text
+    assert server.c.policy.costs[costs.PLAIN][1] == pytest.approx(2.5e-3)
+    assert server.spec_steps <= 0.05 * 2000, server.spec_steps
+    best = max(1 / plain[1], 2.0 / spec[1])
+    assert tokens / seconds / best >= 0.97, tokens / seconds / best
