@@ -268,6 +268,7 @@ class GoodputPolicy(ModePolicy):
         self.acceptance = AcceptanceEstimator(num_steps, half_life=half_life)
         self.probe_every, self.probe_budget, self.hysteresis = probe_every, probe_budget, hysteresis
         self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}, costs.PROBE: {}}
+        self._slower: dict = {costs.PLAIN: set(), costs.SPEC: set()}
         self._launched = 0
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
@@ -288,7 +289,19 @@ class GoodputPolicy(ModePolicy):
     def set_costs(self, table: dict) -> None:
         self._explore_left = 0  # what it explored may be in; if not, the next step explores again
         self.costs = {mode: dict(table.get(mode, {})) for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}
+        # Per table, not per answer: the stale checks run at every speculative step.
+        self._slower = {mode: self._slower_than_larger(self.costs[mode]) for mode in (costs.PLAIN, costs.SPEC)}
         self._answers.clear()
+
+    @staticmethod
+    def _slower_than_larger(times: dict) -> set:
+        """Buckets whose time exceeds some larger bucket's."""
+        slower, fastest_above = set(), math.inf
+        for b in sorted(times, reverse=True):
+            if times[b] > fastest_above:
+                slower.add(b)
+            fastest_above = min(fastest_above, times[b])
+        return slower
 
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.acceptance.update(num_correct_drafts_per_req, self._launched)
@@ -379,10 +392,7 @@ class GoodputPolicy(ModePolicy):
 
     def _stale_in(self, mode: str, steady: set, batch_size: int) -> bool:
         b = costs.bucket(batch_size)
-        times = self.costs[mode]
-        own = times.get(b)
-        return (b not in steady and own is not None
-                and any(t < own for other, t in times.items() if other > b))
+        return b not in steady and b in self._slower[mode]
 
     def _answer(self, batch_size: int) -> tuple[bool, str]:
         if self._refresh_left:

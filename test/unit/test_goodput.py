@@ -593,6 +593,8 @@ def test_no_refresh_where_speculative_times_grow_with_the_batch():
     assert p._decide(32) == (True, "probe") and p._decide(64) == (True, "probe")
     p.set_costs(table(plain={32: 5.9, 64: 6.9}, spec={32: 20.0, 64: 18.0}))
     assert p._decide(32) == (True, "refresh") and p._decide(64) == (True, "probe")
+    # Slower than any larger bucket, not only the next one.
+    assert GoodputPolicy._slower_than_larger({1: 5.0, 8: 6.0, 16: 4.0, 32: 7.0}) == {1, 8}
 
 
 def test_while_speculating_a_stale_plain_time_is_measured_again_once():
