@@ -219,7 +219,7 @@ class GoodputPolicy(ModePolicy):
     - where a bucket's speculative time looks stale (``_stale_spec``: measured slower
       than at a larger batch, and never since by speculation the policy chose), the
       probe due is a refresh instead: ``REFRESH_STEPS`` speculative steps in a row, the
-      bucket's old samples dropped (``stale_spec_buckets``), so that it files a fresh
+      bucket's old samples dropped (``stale_buckets``), so that it files a fresh
       step time; a lone probe files none. Exploration's few samples come from whatever
       ran then: on the tiny pair at c=1, 5.9 ms a step from the warm-up's last requests
       against 3.2 ms steady, which kept the policy plain for 70% of the batches where
