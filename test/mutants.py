@@ -124,8 +124,8 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a verify result arriving between two asks for the same batch would not count "
                "until the next launch: a collapsed draft would speculate one more step"),
     Mutant("goodput-answer-outlives-a-table", "policy.py",
-           "for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}\n        self._answers.clear()\n",
-           "for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}\n",
+           "for mode in (costs.PLAIN, costs.SPEC)}\n        self._answers.clear()\n",
+           "for mode in (costs.PLAIN, costs.SPEC)}\n",
            (U + "test_goodput.py",),
            why="a freshly shared step-cost table would be ignored for batch sizes asked before it"),
     Mutant("goodput-answer-outlives-a-launch", "policy.py",
