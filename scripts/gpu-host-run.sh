@@ -55,6 +55,9 @@
 #        goodputtiny  issue 13's tiny trained pair (real acceptance) at c=1, 8, 64, 16 waves, two rounds
 #               (GOODPUT_ROUNDS): no-spec, static EAGLE-3, goodput; host-bound, so one server's throughput
 #               moves by up to 30% between leases
+#        goodputspread  goodputtiny with output lengths 32-128 (--out-len-min 32): requests finish apart, so
+#               no server's prefills come in synchronised waves (with one length, speculating servers ran
+#               3.5x as many prefill batches as no-spec: 2026-12-02-h200-goodput-mid)
 #        goodput13  goodput alone at simulated acceptance 1.3, c=32 and 64 (against an earlier no-spec row;
 #               about 2 minutes)
 #        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
@@ -242,6 +245,8 @@ if [ "$cmd" = start ]; then
                       sweep gm-1.3 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodputtiny) GOODPUT_RPC=16 sweep gt-tiny --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 \
                             --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
+            goodputspread) GOODPUT_RPC=16 sweep gs-tiny --pair tiny --in-len 64 --out-len 128 --out-len-min 32 \
+                            --closed 1,8,64 --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
             goodput13) sweep g13 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)

@@ -360,6 +360,28 @@ def test_rows_carry_shape_and_acceptance(monkeypatch):
     assert (plain["shape"], plain["acceptance"]) == ("k25-tp2", None)
 
 
+def test_output_lengths_spread_over_the_asked_range_and_rows_say_so(monkeypatch):
+    a = bench.parse_args(["--closed", "8", "--rates", "", "--phases", "", "--out-len", "128",
+                          "--out-len-min", "32"])
+    w = bench.workloads(a)[0]
+    lengths = [r["sampling_params"]["max_new_tokens"] for r in bench.requests_for(w, a, seed=0)]
+    assert min(lengths) >= 32 and max(lengths) <= 128 and len(set(lengths)) > len(lengths) // 2
+    monkeypatch.setattr(bench.client, "run", lambda url, w, reqs: ([], 0.0, 1.0))
+    monkeypatch.setattr(bench.metrics, "summarize", lambda records, seconds: {"output_tok_per_s": 1.0})
+    assert bench.measure("plain", "u", w, a, lambda: "", 0)["out_len_range"] == [32, 128]
+    fixed = bench.parse_args(["--closed", "8", "--rates", "", "--phases", "", "--out-len", "128"])
+    lengths = {r["sampling_params"]["max_new_tokens"] for r in bench.requests_for(w, fixed, seed=0)}
+    assert lengths == {128}
+    assert "out_len_range" not in bench.measure("plain", "u", w, fixed, lambda: "", 0)
+
+
+@pytest.mark.parametrize("value", ["0", "129"])
+def test_an_output_length_range_outside_one_to_out_len_is_refused(value, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--out-len", "128", "--out-len-min", value])
+    assert f"--out-len-min must be within [1, --out-len=128], got {value}" in capsys.readouterr().err
+
+
 # -- the report from stored rows ----------------------------------------------------
 
 def test_report_from_stored_rows(tmp_path):

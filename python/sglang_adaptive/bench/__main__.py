@@ -91,6 +91,12 @@ def parse_args(argv=None):
                         "on first use and would look slower than the servers after it")
     p.add_argument("--in-len", type=int, default=256)
     p.add_argument("--out-len", type=int, default=256)
+    p.add_argument("--out-len-min", type=int, default=None,
+                   help="output lengths drawn uniformly from [this, --out-len] (default: all --out-len). "
+                        "With one length a closed loop's requests finish together, their successors "
+                        "prefill in one batch on a no-spec server and in many small ones on a "
+                        "speculating server, whose requests finish steps apart "
+                        "(benchmark/results/2026-12-02-h200-goodput-mid); real traffic has neither")
     p.add_argument("--vocab", type=int, default=None, help="prompt token ids below this (default: by pair)")
     p.add_argument("--out", default="benchmark/results/latest")
     p.add_argument("--port", type=int, default=int(os.environ.get(PORT_BASE_ENV, "30000")),
@@ -106,6 +112,8 @@ def parse_args(argv=None):
         p.error(f"--json-share must be within [0, 1], got {a.json_share}")
     if a.rounds < 1:
         p.error(f"--rounds must be >= 1, got {a.rounds}")
+    if a.out_len_min is not None and not 1 <= a.out_len_min <= a.out_len:
+        p.error(f"--out-len-min must be within [1, --out-len={a.out_len}], got {a.out_len_min}")
     return a
 
 
@@ -131,11 +139,15 @@ def prompt_vocab(a) -> int:
     return a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
 
 
+def out_range(a) -> tuple[int, int]:
+    return (a.out_len if a.out_len_min is None else a.out_len_min, a.out_len)
+
+
 def requests_for(workload, a, seed: int):
     vocab = prompt_vocab(a)
     def batch(n, s):
         return with_json_schema(make_requests(n, seed=s, vocab=vocab, in_range=(a.in_len, a.in_len),
-                                              out_range=(a.out_len, a.out_len)), a.json_share)
+                                              out_range=out_range(a)), a.json_share)
     if isinstance(workload, Phased):
         rng = random.Random(seed)
         return lambda i: batch(1, rng.randrange(1 << 30))[0]
@@ -178,6 +190,8 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
         row["strategy"] = strategy
     if a.json_share:
         row.update(json_share=a.json_share, **metrics.json_validity(records))
+    if a.out_len_min is not None:
+        row["out_len_range"] = list(out_range(a))
     if pair is not None:
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
