@@ -35,7 +35,7 @@ KEEP_WARM_KV = "kv"
 KEEP_WARM_FULL = "full"
 KEEP_WARM_CHOICES = (KEEP_WARM_NONE, KEEP_WARM_KV, KEEP_WARM_FULL)
 
-# Why the goodput policy re-measures a bucket's speculative step (the log line says it).
+# Why the goodput policy re-measures a bucket's step time in one mode (the log line says it).
 REFRESH_STALE = "it was measured slower than at a larger batch"
 REFRESH_CLOSE = "speculation and plain decode predict within the hysteresis there"
 
@@ -226,9 +226,9 @@ class GoodputPolicy(ModePolicy):
       speculation paid. For this reason at most once per bucket: ``REFRESH_STEPS`` - 1
       speculative steps beyond the probe budget per bucket for the life of the server,
       none where the times grow with the batch (the 8B pair's);
-    - the probe due is a refresh too where the call is close (``_close_call``: the
-      estimate as it stands puts speculation within the hysteresis of plain, or ahead,
-      but not surely ahead), as often as probes come. There a lone probe cannot settle
+    - the probe due is a refresh too where the call is close (the estimate as it
+      stands puts speculation within the hysteresis of plain, or ahead, but not surely
+      ahead), as often as probes come. There a lone probe cannot settle
       it: at batch 1 one verify is one request's, its evidence ages away by the next
       probe a few half-lives later, so the standard error never shrinks enough to leave
       plain; and a speculative time measured once too slow stays in the table. On the
@@ -267,8 +267,6 @@ class GoodputPolicy(ModePolicy):
                  hysteresis: float = 0.05, half_life: float = 64.0):
         self.acceptance = AcceptanceEstimator(num_steps, half_life=half_life)
         self.probe_every, self.probe_budget, self.hysteresis = probe_every, probe_budget, hysteresis
-        self.costs: dict = {costs.PLAIN: {}, costs.SPEC: {}, costs.PROBE: {}}
-        self._slower: dict = {costs.PLAIN: set(), costs.SPEC: set()}
         self._launched = 0
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
@@ -285,6 +283,7 @@ class GoodputPolicy(ModePolicy):
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
         # step) each full answer (~5 us) counts. Emptied wherever the state moves.
         self._answers: dict[int, tuple[bool, str]] = {}
+        self.set_costs({})  # self.costs and what derives from it: no step time yet
 
     def set_costs(self, table: dict) -> None:
         self._explore_left = 0  # what it explored may be in; if not, the next step explores again
