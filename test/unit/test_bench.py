@@ -98,8 +98,10 @@ def test_a_point_counts_the_batches_logged_while_it_ran_not_those_of_its_first_s
     assert (row["plain_share"], row["switches"], row["decode_batches"]) == (0.0, 0, 2450)
 
 
-def decode_line(bs, tput, prefix="[2026-12-01 19:45:21]"):
-    return (f"{prefix} Decode batch, #running-req: {bs}, #token: 16512, token usage: 0.03, cuda graph: True, "
+def decode_line(bs, tput, prefix="[2026-12-01 19:45:21]", accept=None):
+    # SGLang writes accept len / rate where a batch of the window speculated.
+    spec = "" if accept is None else f"accept len: {accept:.2f}, accept rate: 0.60, "
+    return (f"{prefix} Decode batch, #running-req: {bs}, #token: 16512, token usage: 0.03, {spec}cuda graph: True, "
             f"gen throughput (token/s): {tput}, #queue-req: 0\n")
 
 
@@ -127,6 +129,29 @@ def test_steady_decode_counts_whole_plain_windows_at_the_batch_size():
     # A static server logs no counters: every whole window counts.
     static = "".join(decode_line(32, t) for t in (5.0, 6.0, 7.0, 8.0))
     assert metrics.steady_decode(static, 32) == {"steady_decode_tok_per_s": 7.0, "steady_windows": 3}
+
+
+def test_steady_decode_reads_speculative_windows_apart_from_plain_ones():
+    # Adaptive: a window is speculative when the plain count did not move around it and
+    # the window before it; its speed goes under its own key, never into the plain one.
+    log = "".join([
+        counters_line(0, 0), decode_line(32, 1.0), counters_line(10, 0),
+        decode_line(32, 100.0), counters_line(20, 0),             # plain
+        decode_line(32, 50.0, accept=2.8), counters_line(20, 10),  # the window before was plain
+        decode_line(32, 400.0, accept=2.8), counters_line(20, 20),  # speculative
+        decode_line(32, 600.0, accept=2.8), counters_line(20, 30),  # speculative
+        decode_line(32, 70.0, accept=2.8), counters_line(25, 35),  # mixed
+        decode_line(32, 500.0, accept=2.8), counters_line(25, 45),  # the window before was mixed
+    ])
+    assert metrics.steady_decode(log, 32) == {"steady_decode_tok_per_s": 100.0, "steady_windows": 1,
+                                              "steady_spec_decode_tok_per_s": 500.0, "steady_spec_windows": 2}
+    # Static EAGLE-3 logs no counters: its windows are speculative by their accept len.
+    eagle3 = "".join(decode_line(32, t, accept=2.8) for t in (5.0, 6.0, 7.0, 8.0))
+    assert metrics.steady_decode(eagle3, 32) == {"steady_spec_decode_tok_per_s": 7.0, "steady_spec_windows": 3}
+    # A static server's window is counted only where the one before it ran the same way.
+    mixed = "".join([decode_line(32, 5.0), decode_line(32, 6.0, accept=2.8), decode_line(32, 7.0),
+                     decode_line(32, 8.0)])
+    assert metrics.steady_decode(mixed, 32) == {"steady_decode_tok_per_s": 8.0, "steady_windows": 1}
 
 
 def test_a_closed_point_reads_steady_decode_from_its_own_log_lines(monkeypatch):

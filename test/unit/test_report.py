@@ -90,3 +90,13 @@ def test_the_report_compares_steady_decode_where_rows_carry_it():
     section = text.split("### Closed loop: steady decode tok/s")[1]
     assert "| 64 | 9800.0 | 9702.0 | 0.99 (plain) |" in section
     assert "steady decode" not in report.markdown([{**r, "steady_decode_tok_per_s": None} for r in rows])
+
+
+def test_the_report_compares_speculative_windows_with_static_eagle3():
+    rows = [{"label": "eagle3", "workload": "closed", "concurrency": 1, "output_tok_per_s": 800.0,
+             "steady_spec_decode_tok_per_s": 818.0},
+            {"label": "adaptive-goodput", "workload": "closed", "concurrency": 1, "output_tok_per_s": 600.0,
+             "steady_spec_decode_tok_per_s": 613.5}]
+    section = report.markdown(rows).split("### Closed loop: steady speculative decode tok/s")[1]
+    assert "| 1 | 818.0 | 613.5 | 0.75 (eagle3) |" in section
+    assert "steady speculative" not in report.markdown([{**r, "steady_spec_decode_tok_per_s": None} for r in rows])

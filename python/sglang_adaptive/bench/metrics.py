@@ -17,8 +17,9 @@ from sglang_adaptive.controller import STATS_LOG_PATTERN
 MODE_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\] " + STATS_LOG_PATTERN, re.M)
 # SGLang's decode log line (every --decode-log-interval batches, rank 0 only), and this
 # package's counters, in the order they were written.
+# The middle of a decode line holds "accept len" where a batch of the window speculated.
 DECODE_OR_MODE_RE = re.compile(
-    r"^\[[^\]]*\] (?:Decode batch, #running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)"
+    r"^\[[^\]]*\] (?:Decode batch, #running-req: (\d+),(.*)gen throughput \(token/s\): ([\d.]+)"
     r"|" + STATS_LOG_PATTERN + ")", re.M)
 
 
@@ -128,30 +129,48 @@ def mode_between(before, after) -> dict:
 
 
 def steady_decode(log_text: str, batch_size: int) -> dict:
-    """The speed of steady decode steps at ``batch_size``: the median ``gen throughput``
-    of SGLang's decode log windows that ran that batch size throughout (the window
-    before ended at it too) and, on an adaptive server, no speculative batch (the mode
-    counters logged around the two windows did not move). Closed-loop totals mix in
-    prefills and wave edges; this compares the decode steps themselves, e.g. an
-    adaptive server's plain steps with a no-spec server's (session 15 read 0.65% for
-    the spec-v2 path and 0.8% for the kv writer this way). Empty without such windows."""
-    windows = []  # [batch size, tok/s, speculative count before, after]
-    spec = None
+    """The speed of steady decode steps at ``batch_size`` in each mode: the median ``gen
+    throughput`` of SGLang's decode log windows that ran that batch size throughout (the
+    window before ended at it too) in one mode. On an adaptive server the mode counters
+    logged around the two windows tell it (plain: the speculative count did not move;
+    speculative: the plain count did not); on a static server the decode line does
+    (``accept len`` where the window speculated). Closed-loop totals mix in prefills and
+    wave edges; this compares the decode steps themselves: an adaptive server's plain
+    steps with a no-spec server's (session 15 read 0.65% for the spec-v2 path and 0.8%
+    for the kv writer this way), and its speculative steps with static EAGLE-3's, which
+    shows how far two servers of the same mode differ on the host (the tiny pair's
+    windows: 0.74-1.22x, 2026-12-02-h200-goodput-tiny-verify). Keys only for a mode
+    with such windows."""
+    windows = []  # [batch size, tok/s, speculated (static server), (plain, spec) before, after]
+    counts = None
     for m in DECODE_OR_MODE_RE.finditer(log_text):
         if m.group(1) is not None:
-            windows.append([int(m.group(1)), float(m.group(2)), spec, None])
+            windows.append([int(m.group(1)), float(m.group(3)), "accept len" in m.group(2), counts, None])
             continue
-        spec = int(m.group(5))
+        counts = (int(m.group(5)), int(m.group(6)))
         for w in reversed(windows):
-            if w[3] is not None:
+            if w[4] is not None:
                 break
-            w[3] = spec
-    tput = [w[1] for prev, w in zip(windows, windows[1:])
-            if prev[0] == w[0] == batch_size and prev[2] == w[3]]
-    if not tput:
-        return {}
-    tput.sort()
-    return {"steady_decode_tok_per_s": _r(percentile(tput, 50), 1), "steady_windows": len(tput)}
+            w[4] = counts
+    plain, spec = [], []
+    for prev, w in zip(windows, windows[1:]):
+        if not prev[0] == w[0] == batch_size:
+            continue
+        if prev[3] is None and w[4] is None:  # a static server: no counters
+            if prev[2] == w[2]:
+                (spec if w[2] else plain).append(w[1])
+        elif prev[3] is not None and w[4] is not None:
+            if prev[3][1] == w[4][1]:
+                plain.append(w[1])
+            elif prev[3][0] == w[4][0]:
+                spec.append(w[1])
+    out = {}
+    for name, tput in (("steady_decode", plain), ("steady_spec_decode", spec)):
+        if tput:
+            tput.sort()
+            out[f"{name}_tok_per_s"] = _r(percentile(tput, 50), 1)
+            out[f"{name.replace('decode', 'windows')}"] = len(tput)
+    return out
 
 
 def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:

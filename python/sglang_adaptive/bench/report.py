@@ -123,6 +123,10 @@ def markdown(rows: list[dict]) -> str:
         ("Closed loop: steady decode tok/s (decode log windows at the concurrency's batch size "
          "without a speculative batch: the plain steps themselves)",
          dict(workload="closed", metric="steady_decode_tok_per_s")),
+        ("Closed loop: steady speculative decode tok/s (windows at the concurrency's batch size in "
+         "which every batch speculated: an adaptive server's against static EAGLE-3's, the same "
+         "steps on two servers)",
+         dict(workload="closed", metric="steady_spec_decode_tok_per_s")),
         ("Open loop: output tok/s against request rate (req/s)", dict(workload="open", key="rate")),
         ("Open loop: TPOT p50 (ms) against request rate (ratio: best static / this)",
          dict(workload="open", key="rate", metric="tpot_p50_ms", lower_is_better=True, digits=2)),
