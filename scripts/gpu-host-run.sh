@@ -58,6 +58,10 @@
 #        goodputspread  goodputtiny with output lengths 32-128 (--out-len-min 32): requests finish apart, so
 #               no server's prefills come in synchronised waves (with one length, speculating servers ran
 #               3.5x as many prefill batches as no-spec: 2026-12-02-h200-goodput-mid)
+#        goodputspread8b  the 8B pair with output lengths 128-384 (mean 256, --out-len-min 128): no-spec,
+#               static EAGLE-3 and goodput at acceptance 2.5, c=32, and 3.5, c=64, where the step-cost table
+#               puts speculation 5-20% ahead but fixed-length runs had no-spec ahead end to end; the policy,
+#               whose close-call refreshes do not settle there, stays plain (about 10 minutes)
 #        goodput13  goodput alone at simulated acceptance 1.3, c=32 and 64 (against an earlier no-spec row;
 #               about 2 minutes)
 #        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
@@ -247,6 +251,10 @@ if [ "$cmd" = start ]; then
                             --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
             goodputspread) GOODPUT_RPC=16 sweep gs-tiny --pair tiny --in-len 64 --out-len 128 --out-len-min 32 \
                             --closed 1,8,64 --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
+            goodputspread8b) sweep gs8-2.5 --acc-len 2.5 --closed 32 --out-len 384 --out-len-min 128 \
+                            --configs plain,eagle3,adaptive-goodput
+                      sweep gs8-3.5 --acc-len 3.5 --closed 64 --out-len 384 --out-len-min 128 \
+                            --configs plain,eagle3,adaptive-goodput ;;
             goodput13) sweep g13 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)

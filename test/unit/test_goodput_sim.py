@@ -281,3 +281,25 @@ def test_a_plain_time_measured_too_slow_once_does_not_keep_the_policy_speculatin
     assert server.spec_steps <= 0.05 * 2000, server.spec_steps
     best = max(1 / plain[1], 2.0 / spec[1])
     assert tokens / seconds / best >= 0.97, tokens / seconds / best
+
+
+# The 8B pair at acceptance 3.5 as session 20's goodput server measured it: at batch 64 a
+# speculative step (21.6 ms) for 3.5 tokens leads a plain one (6.91 ms) by 12%.
+SPEC_35 = {**SPEC, 4: 7.16e-3, 32: 12.28e-3, 64: 21.6e-3}
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known gap, left for a GPU run. After 32: 0.97x, a close call's 7-step refresh leaves "
+    "a standard error of about 0.17 tokens under upstream's simulated acceptance, more "
+    "than the margin, so it leaves plain after some 1,100 steps. After 128: 0.89x, the "
+    "flat time below the smallest measured bucket (50 ms) rules out every probe at 64. On "
+    "the fixed-length GPU bench plain led end to end there: a fix waits for the "
+    "spread-length run (gpu-host-run.sh goodputspread8b)"))
+@pytest.mark.parametrize("before", [32, 128])
+def test_the_policy_settles_on_speculation_where_it_leads_by_twelve_percent(before):
+    server = Server(3.5, "batch", spec=SPEC_35)
+    server.run(128, 300)
+    server.run(before, 1024)
+    tokens, seconds = server.run(64, 2048)
+    best = max(64 / step_time(PLAIN, 64), 64 * 3.5 / step_time(SPEC_35, 64))
+    assert tokens / seconds / best >= 0.98, tokens / seconds / best
