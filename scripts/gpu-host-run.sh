@@ -60,7 +60,7 @@
 #               3.5x as many prefill batches as no-spec: 2026-12-02-h200-goodput-mid)
 #        goodputspread8b  the 8B pair with output lengths 128-384 (mean 256, --out-len-min 128): no-spec,
 #               static EAGLE-3 and goodput at acceptance 2.5, c=32, and 3.5, c=64, where the step-cost table
-#               puts speculation 5-20% ahead but fixed-length runs had no-spec ahead end to end; the policy,
+#               put speculation up to 12-20% ahead but fixed-length runs had no-spec ahead end to end; the policy,
 #               whose close-call refreshes do not settle there, stays plain (about 10 minutes)
 #        goodput13  goodput alone at simulated acceptance 1.3, c=32 and 64 (against an earlier no-spec row;
 #               about 2 minutes)
