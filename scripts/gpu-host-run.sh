@@ -59,9 +59,11 @@
 #               no server's prefills come in synchronised waves (with one length, speculating servers ran
 #               3.5x as many prefill batches as no-spec: 2026-12-02-h200-goodput-mid)
 #        goodputspread8b  the 8B pair with output lengths 128-384 (mean 256, --out-len-min 128): no-spec,
-#               static EAGLE-3 and goodput at acceptance 2.5, c=32, and 3.5, c=64, where the step-cost table
-#               put speculation up to 12-20% ahead but fixed-length runs had no-spec ahead end to end; the policy,
-#               whose close-call refreshes do not settle there, stays plain (about 10 minutes)
+#               static EAGLE-3 and goodput at acceptance 2.5, c=32, and 3.5, c=64: by decode steps plain leads
+#               at both, end to end static EAGLE-3 led at 3.5 (prefill batches: 2026-12-02-h200-goodput-spread;
+#               about 10 minutes)
+#        goodputhigh  no-spec and goodput at acceptance 2.5, fixed lengths, c=32, 64, 128: above the crossover,
+#               where a policy change must not cost plain throughput (about 6 minutes)
 #        goodput13  goodput alone at simulated acceptance 1.3, c=32 and 64 (against an earlier no-spec row;
 #               about 2 minutes)
 #        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
@@ -96,6 +98,10 @@
 #        ttftgap  where the adaptive server's longer TTFT at c=64 goes: dummy 8B pair, no-spec against
 #               always-plain without keep-warm, closed c=64, scheduler host time per decode-64 and
 #               extend iteration (sglang_adaptive.hosttime; ~6 min)
+#        prefillgap  ttftgap with output lengths 128-384 and the default keep-warm: what a prefill batch
+#               costs an always-plain server beside no-spec when prefills come between decode steps
+#               (goodput spent ~4.5 ms more per prefill batch than no-spec in 2026-12-02-h200-goodput-spread;
+#               ~6 min)
 #        prefillcost  what an EAGLE-3 server's prefill costs beside no-spec's: 256-token prompts, 2 output
 #               tokens, closed c=32 and 64, no-spec against always-plain without keep-warm (~5 min)
 #        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
@@ -255,6 +261,7 @@ if [ "$cmd" = start ]; then
                             --configs plain,eagle3,adaptive-goodput
                       sweep gs8-3.5 --acc-len 3.5 --closed 64 --out-len 384 --out-len-min 128 \
                             --configs plain,eagle3,adaptive-goodput ;;
+            goodputhigh) sweep gh-2.5 --acc-len 2.5 --closed 32,64,128 --configs plain,adaptive-goodput ;;
             goodput13) sweep g13 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
             goodput2) sweep=(--closed 1,2,4,8,16,32,64,128)
@@ -334,6 +341,15 @@ if [ "$cmd" = start ]; then
                         eager-flush="$W/fg-eager/timing" flush-graphs="$W/fg-graphs/timing"
                     plaincost fg-8b-graphs SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=1 --keep-warm kv
                     plaincost fg-8b-eager SGLANG_ADAPTIVE_KEEP_WARM_FLUSH_GRAPHS=0 --keep-warm kv ;;
+            prefillgap) for c in plain adaptive-threshold; do
+                        step "prefillgap-$c" env SGLANG_ADAPTIVE_HOST_TIMING="$W/prefillgap-$c/timing" \
+                            python -m sglang_adaptive.bench --configs "$c" --threshold 0 --closed 64 \
+                            --out-len 384 --out-len-min 128 --requests-per-client 8 --rates "" --phases "" \
+                            --out "$W/prefillgap-$c"
+                      done
+                      step prefillgap python benchmark/hosttime_report.py --bucket decode-64 --bucket decode-63 \
+                          --bucket extend --json "$W/prefillgap/hosttime.json" plain="$W/prefillgap-plain/timing" \
+                          always-plain="$W/prefillgap-adaptive-threshold/timing" ;;
             prefillcost) step prefillcost python -m sglang_adaptive.bench --configs plain,adaptive-threshold \
                         --threshold 0 --keep-warm none --closed 32,64 --in-len 256 --out-len 2 \
                         --requests-per-client 8 --rates "" --phases "" --out "$W/prefillcost" ;;

@@ -101,7 +101,7 @@ MUTANTS: tuple[Mutant, ...] = (
            why="one probe that happened to accept more would start a speculative stretch where plain pays "
                "(8% of the steps at batch 1, acceptance 1.3, on the GPU)"),
     Mutant("goodput-probes-where-speculation-cannot-pay", "policy.py",
-           "        if (self.acceptance.k + 1) / t_spec <= plain * (1 + self.hysteresis):\n"
+           "        if best / per_spec_step(best) <= plain * (1 + self.hysteresis):\n"
            "            return False, \"goodput\"\n",
            "",
            (U + "test_goodput.py",),
@@ -142,7 +142,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="a step interval holding a prefill would be filed as a decode step's cost"),
     Mutant("goodput-files-intervals-across-a-switch", "controller.py",
-           "back_to_back(r[-3], last) and r[-3][1] == last[1]:", "back_to_back(r[-3], last):",
+           "back_to_back(last, now) and r[-3][1] == last[1]:", "back_to_back(last, now):",
            (U + "test_goodput.py",),
            why="a lone probe's interval holds the plain step before it: speculation would look as "
                "cheap as plain and win on the next sync"),
@@ -161,9 +161,38 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a speculative time extrapolated twice its measured range is never corrected: "
                "while plain only lone probes run, and their intervals are not filed"),
     Mutant("goodput-files-the-interval-after-a-prefill", "controller.py",
-           "if len(r) > 2 and back_to_back(r[-3], last) and", "if len(r) > 2 and",
+           "if len(r) > 2 and back_to_back(last, now) and", "if len(r) > 2 and",
            (U + "test_goodput.py",),
            why="every prefill would file one prefill-sized interval as a decode step"),
+    Mutant("goodput-files-the-wait-for-a-prefill", "controller.py",
+           "back_to_back(last, now) and r[-3][1] == last[1]:", "back_to_back(r[-3], last) and r[-3][1] == last[1]:",
+           (U + "test_goodput.py",),
+           why="the forward count shows a prefill one prepare late: checking the pair before would file "
+               "the interval that waits for the prefill as a decode step (speculative steps of 24 ms "
+               "mixed with prefill batches of 18 ms read too cheap)"),
+    Mutant("goodput-prefills-unpriced", "policy.py",
+           "return self._batches / self._events * -math.expm1(-q * tokens) if q else 0.0", "return 0.0",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="8B pair, acceptance 3.5, c=64, spread lengths: plain by decode steps (10% ahead) where "
+               "static EAGLE-3 led end to end by 6.6% (0.85x EAGLE-3 on the GPU)"),
+    Mutant("goodput-prefills-per-request-not-per-token", "policy.py",
+           "self._prefill_time(batch_size, batch_size * tokens, True)",
+           "self._prefill_time(batch_size, batch_size, True)",
+           (U + "test_goodput.py",),
+           why="a speculative step would be priced with a plain step's prefills, a third of what "
+               "follows it at 3.5 tokens a step: speculation looks 30% ahead where it leads by 4%"),
+    Mutant("goodput-prefill-time-of-the-other-mode-first", "policy.py",
+           "table = self.costs[own] or self.costs[other]", "table = self.costs[other] or self.costs[own]",
+           (U + "test_goodput.py",),
+           why="a mode's own prefill cost would never count once the other mode had one"),
+    Mutant("goodput-prefill-cost-keeps-a-decode-step", "controller.py",
+           "(c[0] - a[0] - 2 * step)", "(c[0] - a[0] - step)",
+           (U + "test_goodput.py",),
+           why="each prefill batch would cost one decode step more than it adds"),
+    Mutant("goodput-prefill-cost-across-a-switch", "controller.py",
+           "        if not before[1] == a[1] == b[1]:\n            return\n", "",
+           (U + "test_goodput.py",),
+           why="a switch's own cost (and the other mode's step) would be filed as a prefill's"),
     Mutant("goodput-explores-without-sync", "policy.py",
            "return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0", "return False",
            (U + "test_goodput.py",),

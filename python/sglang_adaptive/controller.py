@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
-from sglang_adaptive.costs import PLAIN, PROBE, SPEC, StepCosts
+from sglang_adaptive.costs import PLAIN, PLAIN_PREFILL, PROBE, SPEC, SPEC_PREFILL, StepCosts
 from sglang_adaptive.policy import ModePolicy, plain_kv_reserve
 from sglang_adaptive.telemetry import NoTelemetry
 
@@ -241,6 +241,7 @@ class AdaptiveModeController(ModeController):
         self._time_step(speculative, batch_size, forward_iter)
         self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
         self.policy.on_launch(speculative, batch_size)
+        self._count_prefills()
         for mode, b, why in self.policy.stale_buckets():
             self.costs.forget(mode, b)
             # Close calls re-measure at every probe due: logged the first time only.
@@ -267,12 +268,15 @@ class AdaptiveModeController(ModeController):
         when the one before it was a decode batch of the same mode, launched right
         before it: a lone probe (or a switch) measures the neighbouring mode's step,
         and filing it would make speculation look as cheap as the plain steps around
-        it; after a prefill the interval holds the wait for the prefill.
+        it.
 
         ``forward_iter`` (the scheduler's forward count at this batch's previous
-        launch) moves by 1 between two decode batches with nothing in between; a
-        larger step shows that another batch (a prefill) ran after the one before,
-        i.e. inside the interval that ended at the previous prepare.
+        launch) moves by 1 between two decode prepares with nothing in between; a
+        larger step at prepare C shows that another batch (a prefill) launched between
+        the decode batches A and B before it. Then the interval from A's prepare to B's
+        holds two decode steps' waits and the one from B's to C's the wait for the
+        prefill: the interval ending at a prepare is filed only when the forward count
+        moved by 1 at that prepare and at the next one.
         """
         r = self._recent
         r.append((self.clock(), speculative, batch_size, forward_iter))
@@ -284,9 +288,40 @@ class AdaptiveModeController(ModeController):
             self.costs.add(*pending)
             self.telemetry.on_step_time(pending[0], pending[2])
         # The batch before the last one launched right before it, in the same mode.
-        if len(r) > 2 and back_to_back(r[-3], last) and r[-3][1] == last[1]:
+        if len(r) > 2 and back_to_back(last, now) and r[-3][1] == last[1]:
             self._pending = (last[1], last[2], now[0] - last[0])
         self._time_probe()
+        self._time_prefill()
+
+    def _count_prefills(self) -> None:
+        """Tell the policy how many other batches (prefills) ran after the decode step
+        two prepares back: the forward count seen at a prepare is the running batch's
+        at its previous launch, so a gap shows one batch late. After ``on_launch``: the
+        scheduler has asked about this batch already, and the answers must not move
+        before the policy is told it launched."""
+        r = self._recent
+        if len(r) >= 3 and r[-1][3] is not None and r[-2][3] is not None:
+            self.policy.on_prefills(r[-1][3] - r[-2][3] - 1, r[-3][1], r[-3][2])
+
+    def _time_prefill(self) -> None:
+        """File what the prefill batches between two decode steps of one mode added:
+        with decode steps A, B, C, D prepared in turn and the prefills launched between
+        A and B (seen at C's prepare), the intervals from A's prepare to C's hold the GPU
+        steps of the batch before A and of A (one batch late) and the prefills' own;
+        the median decode step of A's mode and size stands for the first two. Filed
+        once D shows that nothing else ran between B and C, with the batch before A, A
+        and B in one mode (a switch costs time of its own)."""
+        r = self._recent
+        if len(r) < 5:
+            return
+        before, a, b, c, d = list(r)[-5:]
+        if not (back_to_back(a, b) and back_to_back(c, d)) or c[3] - b[3] < 2:
+            return
+        if not before[1] == a[1] == b[1]:
+            return
+        step = self.costs.median(a[1], a[2])
+        if step is not None:
+            self.costs.add_prefill(a[1], a[2], (c[0] - a[0] - 2 * step) / (c[3] - b[3] - 1))
 
     def _time_probe(self) -> None:
         """File what a lone speculative step between plain ones cost: the intervals
@@ -346,11 +381,16 @@ def write_cost_table(path: str, table: dict, policy: ModePolicy) -> None:
     doc = {"seconds_per_step": {mode: by_bucket(mode) for mode in (PLAIN, SPEC)},
            # A lone speculative step with the plain steps before and after it.
            "seconds_per_probe_window": by_bucket(PROBE),
+           # What a prefill batch between decode steps of each mode added.
+           "seconds_per_prefill_batch": {PLAIN: by_bucket(PLAIN_PREFILL), SPEC: by_bucket(SPEC_PREFILL)},
            "policy": policy.describe()}
     acceptance = getattr(policy, "acceptance", None)
     if acceptance is not None:
         doc["acceptance_per_position"] = acceptance.rates()
         doc["expected_tokens_per_step"] = acceptance.expected_tokens()
+    prefills = getattr(policy, "prefills", None)
+    if prefills is not None:
+        doc["prefill_batches_per_step"] = prefills.describe()
     if os.path.exists(path) and not os.path.isfile(path):  # a pipe or device: write through
         with open(path, "w") as f:
             json.dump(doc, f)

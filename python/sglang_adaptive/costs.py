@@ -15,6 +15,15 @@ intervals that hold the plain step before it, the probe and the plain step after
 back in the next). On the 8B pair at batch 32 that came to 1.8 plain steps more than
 three plain ones, where the speculative step alone costs 1.1 more.
 
+Two more, ``plain_prefill`` and ``spec_prefill``, hold what a prefill batch between
+decode steps of that mode adds to the wall time: the two intervals that hold it, less
+two decode steps of the table's median, per prefill batch. Decode steps alone misprice
+a server whose requests keep ending: on the 8B pair with output lengths 128-384 at
+acceptance 3.5, batch 64, plain decode led by decode steps (6.26 ms against 24.22 ms
+for 3.5 tokens) and lost end to end by 6.6%, as it ran a prefill batch (about 19 ms)
+after every fifth step for 64 tokens and speculation one after every second for 224
+(``policy.PrefillRate``).
+
 Each rank measures its own; the policy only ever sees the table rank 0 shared with
 every rank (``AdaptiveModeController.sync``), so all ranks decide alike.
 """
@@ -26,6 +35,8 @@ from collections import deque
 from statistics import median
 
 PLAIN, SPEC, PROBE = "plain", "spec", "probe"
+PLAIN_PREFILL, SPEC_PREFILL = "plain_prefill", "spec_prefill"
+MODES = (PLAIN, SPEC, PROBE, PLAIN_PREFILL, SPEC_PREFILL)
 WINDOW = 31  # samples kept per (mode, bucket); the median ignores the odd slow one
 MIN_SAMPLES = 4
 
@@ -49,6 +60,16 @@ class StepCosts:
         """The three intervals around a lone speculative step (see the module doc)."""
         self._add(PROBE, batch_size, seconds)
 
+    def add_prefill(self, speculative: bool, batch_size: int, seconds: float) -> None:
+        """What one prefill batch between decode steps of that mode added (module doc)."""
+        self._add(SPEC_PREFILL if speculative else PLAIN_PREFILL, batch_size, seconds)
+
+    def median(self, speculative: bool, batch_size: int) -> float | None:
+        """The local median decode step time of a mode at a batch size's bucket, None
+        below ``min_samples``."""
+        samples = self._samples.get((SPEC if speculative else PLAIN, bucket(batch_size)))
+        return median(samples) if samples is not None and len(samples) >= self.min_samples else None
+
     def _add(self, mode: str, batch_size: int, seconds: float) -> None:
         self._samples.setdefault((mode, bucket(batch_size)), deque(maxlen=self.window)).append(seconds)
 
@@ -57,7 +78,7 @@ class StepCosts:
         self._samples.pop((mode, bucket_), None)
 
     def table(self) -> dict[str, dict[int, float]]:
-        out: dict[str, dict[int, float]] = {PLAIN: {}, SPEC: {}, PROBE: {}}
+        out: dict[str, dict[int, float]] = {mode: {} for mode in MODES}
         for (mode, b), samples in self._samples.items():
             if len(samples) >= self.min_samples:
                 out[mode][b] = median(samples)

@@ -63,6 +63,12 @@ class ModePolicy:
         """Accepted draft tokens of each request of a speculative batch (upstream's
         ``on_verify_complete_cpu`` feed); only the goodput policy reads them."""
 
+    def on_prefills(self, batches: int, speculative: bool, batch_size: int) -> None:
+        """Other batches (prefills) that ran after a decode step of that mode and size:
+        told after ``on_launch`` of a later step (``AdaptiveModeController._count_prefills``),
+        so that the answers for the batch just launched did not move; only the goodput
+        policy reads them."""
+
     def set_costs(self, table: dict) -> None:
         """The step-cost table shared by rank 0; only the goodput policy reads it."""
 
@@ -190,12 +196,60 @@ class AcceptanceEstimator:
         return math.sqrt(var / self._steps)
 
 
+class PrefillRate:
+    """Prefill batches per decode step, from how many tokens a step makes.
+
+    Requests end as they make tokens, and their successors prefill: a step of B
+    requests making k tokens each is followed by at least one prefill batch with
+    probability 1 - exp(-q B k), as if each token ended its request with probability q
+    (1 / the mean output length). Fitted on decayed per-step sums (steps, steps
+    followed by a prefill, prefill batches, tokens), so the steps of one mode predict
+    the other's: on the 8B pair (output lengths 128-384, acceptance 3.5, batch 64) q
+    fitted on plain steps (0.2025 prefill batches per step for 64 tokens) predicts 0.547
+    for speculative ones (224 tokens), where 0.546 were measured. A step with several
+    batches (a chunked prompt) counts once for q; ``batches per event`` scales the cost.
+    Ages with steps (``half_life``), as the acceptance does; zero before any prefill.
+    """
+
+    def __init__(self, half_life: float = 256.0):
+        self._decay = 0.5 ** (1.0 / half_life)
+        self._steps = self._events = self._batches = self._tokens = 0.0
+
+    def update(self, batches: int, tokens: float) -> None:
+        f = self._decay
+        self._steps = self._steps * f + 1.0
+        self._events = self._events * f + (batches > 0)
+        self._batches = self._batches * f + batches
+        self._tokens = self._tokens * f + tokens
+
+    def rate(self) -> float:
+        """q: the chance per token that it ends its request (0 before any prefill)."""
+        if not self._events:
+            return 0.0
+        # A step followed by a prefill 95% of the time or more says little about q
+        # beyond "large"; the clamp keeps the log finite.
+        share = min(self._events / self._steps, 0.95)
+        return -math.log1p(-share) / (self._tokens / self._steps)
+
+    def per_step(self, tokens: float) -> float:
+        """Expected prefill batches after a decode step that makes ``tokens`` tokens."""
+        q = self.rate()
+        return self._batches / self._events * -math.expm1(-q * tokens) if q else 0.0
+
+    def describe(self) -> dict:
+        return {"per_token_end_rate": self.rate(),
+                "batches_per_event": self._batches / self._events if self._events else 0.0}
+
+
 class GoodputPolicy(ModePolicy):
     """Per batch, the mode with the higher predicted output tokens per second.
 
     Predicted per request: plain 1 / T_plain(bs); speculative E / T_spec(bs), with
     E the expected tokens per speculative step (``AcceptanceEstimator``) and T the
-    step times of the shared cost table (``costs``). No hand-set number decides:
+    step times of the shared cost table (``costs``), each plus the prefill batches
+    expected after such a step (``PrefillRate``, more after a step that makes more
+    tokens) times what a prefill batch adds in that mode (the table's ``*_prefill``;
+    the other mode's where one has none yet). No hand-set number decides:
     - a mode without a measured step time near this batch size (within a factor 2;
       for speculation also at most ``SPEC_REACH`` above its largest measured batch)
       is run, so that it gets one, for ``EXPLORE_SYNC`` steps in a row whatever the
@@ -266,6 +320,7 @@ class GoodputPolicy(ModePolicy):
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
         self.acceptance = AcceptanceEstimator(num_steps, half_life=half_life)
+        self.prefills = PrefillRate()
         self.probe_every, self.probe_budget, self.hysteresis = probe_every, probe_budget, hysteresis
         self._launched = 0
         self._plain_run = 0
@@ -287,7 +342,7 @@ class GoodputPolicy(ModePolicy):
 
     def set_costs(self, table: dict) -> None:
         self._explore_left = 0  # what it explored may be in; if not, the next step explores again
-        self.costs = {mode: dict(table.get(mode, {})) for mode in (costs.PLAIN, costs.SPEC, costs.PROBE)}
+        self.costs = {mode: dict(table.get(mode, {})) for mode in costs.MODES}
         # Per table, not per answer: the stale checks run at every speculative step.
         self._slower = {mode: self._slower_than_larger(self.costs[mode]) for mode in (costs.PLAIN, costs.SPEC)}
         self._answers.clear()
@@ -305,6 +360,22 @@ class GoodputPolicy(ModePolicy):
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.acceptance.update(num_correct_drafts_per_req, self._launched)
         self._answers.clear()
+
+    def on_prefills(self, batches: int, speculative: bool, batch_size: int) -> None:
+        tokens = batch_size * (self.acceptance.expected_tokens() if speculative else 1.0)
+        self.prefills.update(batches, tokens)
+        self._answers.clear()
+
+    def _prefill_time(self, batch_size: int, tokens: float, speculative: bool) -> float:
+        """Seconds of prefill batches expected after a decode step of ``batch_size``
+        requests making ``tokens`` tokens in that mode."""
+        n = self.prefills.per_step(tokens)
+        if not n:
+            return 0.0
+        own, other = (costs.SPEC_PREFILL, costs.PLAIN_PREFILL) if speculative else (
+            costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
+        table = self.costs[own] or self.costs[other]
+        return n * max(0.0, costs.lookup(table, batch_size)) if table else 0.0
 
     def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
         # The scheduler asked speculate(batch_size) for this batch just before, with
@@ -405,7 +476,12 @@ class GoodputPolicy(ModePolicy):
         t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
         t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
         expected = self.acceptance.expected_tokens()
-        plain, spec = 1.0 / t_plain, expected / t_spec
+
+        def per_spec_step(tokens: float) -> float:  # seconds, prefills after it included
+            return t_spec + self._prefill_time(batch_size, batch_size * tokens, True)
+
+        plain = 1.0 / (t_plain + self._prefill_time(batch_size, batch_size, False))
+        spec = expected / per_spec_step(expected)
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
                 # Staying rests on the plain time: measure it again if it looks stale.
@@ -416,18 +492,19 @@ class GoodputPolicy(ModePolicy):
         # tokens in 3 of 10 steps) must not start a speculative stretch, which the
         # hysteresis then prolongs (8% of the steps at batch 1 in the 8B sweep).
         sure = expected - self.acceptance.standard_error()
-        if sure / t_spec > plain * (1 + self.hysteresis):
+        if sure > 0 and sure / per_spec_step(sure) > plain * (1 + self.hysteresis):
             return True, "goodput"
         # A probe only pays where its verify could change the answer: not where even
         # every draft accepted (k + 1 tokens a step) would leave plain ahead (8B pair,
         # batch 128: a speculative step costs 5 plain ones, k + 1 = 4). The plain run
         # keeps counting, so the first batch small enough probes at once.
-        if (self.acceptance.k + 1) / t_spec <= plain * (1 + self.hysteresis):
+        best = self.acceptance.k + 1
+        if best / per_spec_step(best) <= plain * (1 + self.hysteresis):
             return False, "goodput"
         windows = self.costs[costs.PROBE]
         t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
         if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
-            close = expected / t_spec >= plain * (1 - self.hysteresis)
+            close = spec >= plain * (1 - self.hysteresis)
             return True, "refresh" if close or self._stale_spec(batch_size) else "probe"
         return False, "goodput"
 

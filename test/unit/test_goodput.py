@@ -3,13 +3,15 @@ cost tables and acceptance streams (pure Python: no torch, no SGLang)."""
 
 import copy
 import json
+import math
 import os
 import threading
 
 import pytest
 
 from sglang_adaptive import controller as ctl, costs
-from sglang_adaptive.policy import REFRESH_STALE, AcceptanceEstimator, GoodputPolicy, PolicyConfig, make_policy
+from sglang_adaptive.policy import (REFRESH_STALE, AcceptanceEstimator, GoodputPolicy, PolicyConfig, PrefillRate,
+                                    make_policy)
 
 K = 3  # draft steps: up to 4 tokens per speculative step
 
@@ -122,9 +124,10 @@ def test_step_costs_keep_the_median_per_bucket_once_there_are_enough_samples():
     c = costs.StepCosts(window=5, min_samples=3)
     for seconds in (0.010, 0.011):
         c.add(False, 30, seconds)
-    assert c.table() == {costs.PLAIN: {}, costs.SPEC: {}, costs.PROBE: {}}
+    assert c.table() == {mode: {} for mode in costs.MODES} and c.median(False, 30) is None
     c.add(False, 29, 0.5)  # the same bucket (32); a stall, ignored by the median
-    assert c.table()[costs.PLAIN] == {32: 0.011}
+    assert c.table()[costs.PLAIN] == {32: 0.011} and c.median(False, 25) == 0.011
+    assert c.median(True, 30) is None
     assert [costs.bucket(b) for b in (1, 8, 9, 16, 17, 128)] == [1, 8, 16, 16, 24, 128]
 
 
@@ -399,17 +402,17 @@ def test_controller_files_clean_intervals_only_and_shares_the_table_on_a_schedul
     c.costs = costs.StepCosts(min_samples=1)
     it = 100
     for step in range(10):
-        # Step 4's interval holds a prefill: the forward count jumps by 2 at the prepare
-        # after the next one.
+        # A prefill launched between decode batches 3 and 4: the forward count (the
+        # running batch's at its previous launch) jumps by 2 at prepare 5.
         it += 2 if step == 5 else 1
-        clock.t += 0.004
+        clock.t += (step + 1) / 1e3  # the interval ending at prepare s lasts s + 1 ms
         c.on_prepare(False, 8, it)
-    local = c.costs._samples[(costs.PLAIN, 8)]
-    # 9 intervals between 10 prepares: the last still pending, the one holding the
-    # prefill's launch, the one after it (the host waits for the prefill there), and
-    # the first, without a batch before it.
-    assert len(local) == 9 - 1 - 1 - 1 - 1, local
-    assert shared and policy.costs == {costs.PLAIN: {8: 0.003}, costs.SPEC: {8: 0.006}, costs.PROBE: {}}
+    local = sorted(round(1e3 * t) for t in c.costs._samples[(costs.PLAIN, 8)])
+    # 9 intervals between 10 prepares; not filed: the first (no batch before it), 3-4
+    # (the waits for batches 2 and 3), 4-5 (the wait for the prefill), 8-9 (pending).
+    assert local == [3, 4, 7, 8, 9], local
+    assert shared and policy.costs == {**{mode: {} for mode in costs.MODES},
+                                       costs.PLAIN: {8: 0.003}, costs.SPEC: {8: 0.006}}
     doc = json.loads(path.read_text())
     assert doc["seconds_per_step"]["plain"] == {"8": 0.003} and len(doc["acceptance_per_position"]) == K
     assert doc["seconds_per_probe_window"] == {}
@@ -624,3 +627,113 @@ def test_while_speculating_a_stale_plain_time_is_measured_again_once():
     feed(q, accepted=1, steps=30, batch=1)
     put(q, _speculating=True)
     assert q._decide(1) == (True, "goodput")
+
+
+# -- prefill batches between decode steps ------------------------------------------------
+
+
+def test_prefill_batches_per_step_grow_with_the_tokens_a_step_makes():
+    rate = PrefillRate()
+    assert rate.rate() == 0.0 and rate.per_step(224) == 0.0, "no prefill seen: decode steps alone"
+    for i in range(2000):  # plain steps of 64 requests, a prefill batch after every fifth
+        rate.update(int(i % 5 == 4), 64)
+    # q = -ln(1 - 0.2) / 64; a speculative step of 3.5 tokens a request makes 224.
+    assert rate.per_step(64) == pytest.approx(0.2, rel=0.02)
+    assert rate.per_step(224) == pytest.approx(-math.expm1(-224 * math.log(1 / 0.8) / 64), rel=0.02)
+    assert 0.53 < rate.per_step(224) < 0.56  # the spread run measured 0.546 (model 0.547)
+    chunked = PrefillRate()
+    for i in range(2000):  # the same events, each a prompt in two chunks
+        chunked.update(2 * int(i % 5 == 4), 64)
+    assert chunked.per_step(224) == pytest.approx(2 * rate.per_step(224))
+    assert chunked.describe()["batches_per_event"] == pytest.approx(2.0)
+    always = PrefillRate()
+    for _ in range(100):
+        always.update(1, 64)
+    assert math.isfinite(always.rate()) and always.per_step(64) == pytest.approx(0.95)
+
+
+class Recording(GoodputPolicy):
+    def __init__(self):
+        super().__init__(K)
+        self.told = []
+
+    def on_prefills(self, batches, speculative, batch_size):
+        self.told.append((batches, speculative, batch_size))
+        super().on_prefills(batches, speculative, batch_size)
+
+
+def test_the_controller_files_what_a_prefill_batch_adds_and_tells_the_policy_after_which_step():
+    """Decode steps of 6 ms under the overlap scheduler; two prefill batches of 19 ms in a
+    row launched after step 10. The forward count at a prepare is the running batch's at
+    its previous launch, so the gap shows at step 12's prepare; step 13's shows nothing
+    else ran between 11 and 12. Steps 11 and 12 start late by the prefills' time."""
+    clock, policy = Clock(), Recording()
+    c = ctl.AdaptiveModeController(policy, spec_width=K + 1, clock=clock)
+    forward, launched = 0, None
+    for step in range(20):
+        if step in (11, 12):  # the intervals that hold the prefills (one batch late)
+            clock.t += 0.019
+        clock.t += 0.006
+        c.on_prepare(False, 64, launched)
+        forward += 1
+        launched = forward
+        if step == 10:
+            forward += 2
+    assert policy.told[step - 2] == (0, False, 64)
+    gaps = [i for i, told in enumerate(policy.told) if told[0]]
+    assert gaps == [12 - 2] and policy.told[gaps[0]] == (2, False, 64), policy.told
+    assert c.costs.table()[costs.PLAIN_PREFILL] == {}, "one sample is below MIN_SAMPLES"
+    assert list(c.costs._samples[(costs.PLAIN_PREFILL, 64)]) == [pytest.approx(0.019)]
+    assert not c.costs._samples.get((costs.SPEC_PREFILL, 64))
+
+
+def test_a_prefill_next_to_a_switch_or_another_prefill_files_nothing():
+    for spec_at, second_prefill_after in ((9, None), (11, None), (None, 11)):
+        clock, policy = Clock(), Recording()
+        c = ctl.AdaptiveModeController(policy, spec_width=K + 1, clock=clock)
+        forward, launched = 0, None
+        for step in range(20):
+            clock.t += 0.006 if step not in (11, 12, 13) else 0.025
+            c.on_prepare(step == spec_at, 64, launched)
+            forward += 1
+            launched = forward
+            if step in (10, second_prefill_after):
+                forward += 1
+        assert not c.costs._samples.get((costs.PLAIN_PREFILL, 64)), (spec_at, second_prefill_after)
+
+
+def gs8_35(policy: GoodputPolicy, plain_ms: float | None, spec_ms: float | None = None) -> None:
+    """The 8B pair at acceptance 3.5, batch 64, output lengths 128-384 (2026-12-02 spread
+    run): the goodput server's table, plain steps with a prefill batch after every fifth."""
+    tables = table(plain={64: 6.26}, spec={64: 24.22})
+    for mode, ms in ((costs.PLAIN_PREFILL, plain_ms), (costs.SPEC_PREFILL, spec_ms)):
+        if ms is not None:
+            tables[mode] = {64: ms / 1e3}
+    policy.set_costs(tables)
+    for i in range(40):  # probes and refreshes: 2.5 of 3 drafts accepted
+        policy.acceptance.update([2, 3] * 32, i)
+    put(policy, _speculating=False, _launched=40)
+    for i in range(1000):
+        policy.on_prefills(int(i % 5 == 4), False, 64)
+
+
+def test_prefill_batches_priced_in_make_speculation_lead_where_it_ends_more_requests_per_batch():
+    """By decode steps plain leads by 10% (6.26 ms a token against 24.22 / 3.5 = 6.92).
+    A prefill batch follows every fifth plain step (64 tokens) and, by the fitted rate,
+    54% of the speculative ones (224 tokens). At 24 ms a prefill batch after plain steps
+    (an adaptive server's, 2026-12-02) and 19 ms after speculative ones, speculation
+    leads by 12% (0.154 ms a token against 0.173); with 24 ms for both, by 4%, within the
+    hysteresis."""
+    policy = GoodputPolicy(K)
+    gs8_35(policy, None)
+    assert policy._decide(64) == (False, "goodput")
+    gs8_35(policy, 24.0, 19.0)
+    assert policy._decide(64) == (True, "goodput")
+    gs8_35(policy, 24.0)  # the speculative prefill time not measured yet: plain's stands in
+    assert policy._decide(64) == (False, "goodput")
+    put(policy, _plain_run=10_000)
+    assert policy._decide(64) == (True, "refresh"), "a close call: the probe due is a refresh"
+    put(policy, _speculating=True, _plain_run=0)
+    assert policy._decide(64) == (True, "goodput"), "speculating, it stays"
+    put(policy, costs={**policy.costs, costs.SPEC_PREFILL: {64: 0.060}})
+    assert policy._decide(64) == (False, "goodput"), "its own mode's prefill time counts first"

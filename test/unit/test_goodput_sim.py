@@ -14,13 +14,14 @@ step accepts the floor or the ceiling of the acceptance, the one more tokens wit
 probability its fraction, so one probe says little.
 """
 
+import math
 import random
 from collections import Counter
 
 import pytest
 
 from sglang_adaptive import controller as ctl, costs
-from sglang_adaptive.policy import GoodputPolicy
+from sglang_adaptive.policy import GoodputPolicy, ModePolicy, ThresholdPolicy
 
 K = 3
 # Seconds per step as served (plain from the goodput server's table; speculative
@@ -44,38 +45,55 @@ def rate_for(acceptance: float) -> float:
 
 
 class Server:
-    def __init__(self, acceptance: float, mode: str = "request", plain: dict = PLAIN, spec: dict = SPEC):
-        self.t, self.it = 0.0, 0
+    """``prefill``: None (decode steps only), or (mean output length, seconds of a
+    prefill batch after a plain step, after a speculative one): a step that makes T
+    tokens is followed by a prefill batch with probability 1 - exp(-T / length), the
+    way requests end in a closed loop with spread output lengths (2026-12-02 spread run)."""
+
+    def __init__(self, acceptance: float, mode: str = "request", plain: dict = PLAIN, spec: dict = SPEC,
+                 prefill: tuple[float, float, float] | None = None, policy=None):
+        self.t, self.it, self.decode_it = 0.0, 0, 0
         self.acceptance, self.mode = acceptance, mode
-        self.plain, self.spec = plain, spec
-        self.spec_steps = self.refresh_steps = 0
+        self.plain, self.spec, self.prefill = plain, spec, prefill
+        self.spec_steps = self.refresh_steps = self.prefill_batches = 0
         self.spec_why: Counter = Counter()  # speculative steps by the policy's reason
-        self.p, self.rng = rate_for(acceptance), random.Random(0)
-        self.c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, clock=lambda: self.t,
-                                            sync_every=32)
+        self.p, self.rng, self.prefill_rng = rate_for(acceptance), random.Random(0), random.Random(1)
+        self.c = ctl.AdaptiveModeController(policy or GoodputPolicy(K), spec_width=K + 1,
+                                            clock=lambda: self.t, sync_every=32)
         self.in_flight = []  # GPU times of the batches launched, most recent last
 
     def run(self, bs: int, steps: int) -> tuple[float, float]:
         """``steps`` decode batches of ``bs`` requests; returns (tokens, seconds)."""
         tokens, t0 = 0.0, self.t
         for _ in range(steps):
-            if len(self.in_flight) >= 2:
-                self.t += self.in_flight[-2]
-            self.it += 1
+            self._iterate()
             spec = self.c.speculate(bs)
-            why = self.c.policy._decide(bs)[1]
+            why = self.c.policy._decide(bs)[1] if isinstance(self.c.policy, GoodputPolicy) else "static"
             self.refresh_steps += why == "refresh"
-            self.c.on_prepare(spec, bs, self.it)
+            # As the scheduler's running batch: the forward count of its previous launch.
+            self.c.on_prepare(spec, bs, self.decode_it)
+            self.decode_it = self.it
+            made = bs
             if spec:
                 self.spec_steps += 1
                 self.spec_why[why] += 1
                 accepted = self._accepted(bs)
                 self.c.on_verify(accepted)
-                tokens += bs + sum(accepted)
-            else:
-                tokens += bs
+                made += sum(accepted)
+            tokens += made
             self.in_flight.append(step_time(self.spec if spec else self.plain, bs))
+            if self.prefill and self.prefill_rng.random() < -math.expm1(-made / self.prefill[0]):
+                self._iterate()
+                self.prefill_batches += 1
+                self.in_flight.append(self.prefill[2 if spec else 1])
         return tokens, self.t - t0
+
+    def _iterate(self) -> None:
+        """One scheduler iteration: under the overlap scheduler it waits for the batch
+        launched two iterations back."""
+        if len(self.in_flight) >= 2:
+            self.t += self.in_flight[-2]
+        self.it += 1
 
     def _accepted(self, bs: int) -> list[int]:
         if self.mode == "batch":
@@ -303,3 +321,43 @@ def test_the_policy_settles_on_speculation_where_it_leads_by_twelve_percent(befo
     tokens, seconds = server.run(64, 2048)
     best = max(64 / step_time(PLAIN, 64), 64 * 3.5 / step_time(SPEC_35, 64))
     assert tokens / seconds / best >= 0.98, tokens / seconds / best
+
+
+# The 8B pair with output lengths spread over 128-384 (2026-12-02 spread run): the decode
+# steps the goodput server measured, a prefill batch of about 20 ms in either mode (what
+# no-spec and static EAGLE-3 spent outside decode steps, per prefill batch).
+SPREAD = 256, 20e-3, 20e-3
+
+
+def static_and_goodput(acceptance: float, bs: int, plain: dict, spec: dict) -> dict:
+    """Output tokens/s of always plain, always speculative and goodput on one simulated
+    server each: the bench's warm-up, then 2,048 steps at ``bs``."""
+    out = {}
+    for name, policy in (("plain", ThresholdPolicy(0)), ("spec", ModePolicy()), ("goodput", None)):
+        server = Server(acceptance, "batch", plain=plain, spec=spec, prefill=SPREAD, policy=policy)
+        server.run(bs, 300)
+        before = server.spec_steps
+        tokens, seconds = server.run(bs, 2048)
+        out[name] = tokens / seconds
+        out[f"{name} speculative share"] = (server.spec_steps - before) / 2048
+    return out
+
+
+def test_with_spread_lengths_speculation_that_ends_more_requests_per_prefill_is_taken():
+    """Acceptance 3.5, batch 64: by decode steps plain leads by 10%, end to end static
+    EAGLE-3 led no-spec by 6.6% on the GPU: a prefill batch follows a fifth of the plain
+    steps (64 tokens) and half the speculative ones (224). Priced, the prefills put
+    speculation ahead; unpriced, the policy stayed plain (0.85x EAGLE-3 on the GPU)."""
+    out = static_and_goodput(3.5, 64, {**PLAIN, 64: 6.26e-3}, {**SPEC_35, 64: 24.22e-3})
+    assert out["spec"] > 1.02 * out["plain"], out
+    assert out["goodput"] >= 0.98 * out["spec"], out
+    assert out["goodput speculative share"] >= 0.8, out
+
+
+def test_with_spread_lengths_plain_stays_where_it_leads_end_to_end():
+    """Acceptance 2.5, batch 32: no-spec led static EAGLE-3 by 6% on the GPU (speculative
+    step 15.9 ms for 2.5 tokens, plain 5.63 ms); the prefills narrow the gap, not close it."""
+    out = static_and_goodput(2.5, 32, {**PLAIN, 32: 5.63e-3}, {**SPEC, 32: 15.9e-3})
+    assert out["plain"] > 1.04 * out["spec"], out
+    assert out["goodput"] >= 0.98 * out["plain"], out
+    assert out["goodput speculative share"] <= 0.05, out
