@@ -416,6 +416,10 @@ def test_controller_files_clean_intervals_only_and_shares_the_table_on_a_schedul
     doc = json.loads(path.read_text())
     assert doc["seconds_per_step"]["plain"] == {"8": 0.003} and len(doc["acceptance_per_position"]) == K
     assert doc["seconds_per_probe_window"] == {}
+    assert doc["seconds_per_prefill_batch"] == {"plain": {}, "spec": {}}
+    # One prefill seen after 10 plain steps of 8 tokens.
+    rate = doc["prefill_batches_per_step"]
+    assert rate["batches_per_event"] == 1.0 and 0.005 < rate["per_token_end_rate"] < 0.02, rate
     assert ctl.format_costs({costs.PLAIN: {8: 0.003}, costs.SPEC: {}, costs.PROBE: {8: 0.021}}) == (
         "plain 8:3.00; spec ; probe 8:21.00")
 
