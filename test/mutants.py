@@ -160,6 +160,11 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="a speculative time extrapolated twice its measured range is never corrected: "
                "while plain only lone probes run, and their intervals are not filed"),
+    Mutant("goodput-reads-small-batches-from-far-above", "policy.py",
+           "\n                and costs.bucket(batch_size) * self.SPEC_REACH >= min(spec))", ")",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="coming down from batch 128 to 64 (8B pair, acceptance 3.5), 128's 50 ms read flat ruled "
+               "out every probe where speculation leads by 12%: 0.89x the better mode"),
     Mutant("goodput-files-the-interval-after-a-prefill", "controller.py",
            "if len(r) > 2 and back_to_back(last, now) and", "if len(r) > 2 and",
            (U + "test_goodput.py",),

@@ -251,7 +251,9 @@ class GoodputPolicy(ModePolicy):
     tokens) times what a prefill batch adds in that mode (the table's ``*_prefill``;
     the other mode's where one has none yet). No hand-set number decides:
     - a mode without a measured step time near this batch size (within a factor 2;
-      for speculation also at most ``SPEC_REACH`` above its largest measured batch)
+      for speculation also at most ``SPEC_REACH`` above its largest measured batch and
+      below its smallest: read flat from batch 128, 50 ms ruled out every probe at 64,
+      where a speculative step takes 21.6 ms and led plain by 12% on the 8B pair)
       is run, so that it gets one, for ``EXPLORE_SYNC`` steps in a row whatever the
       batch size does meanwhile (a lone step files no time: at c=8 on the tiny pair,
       batches of 5 or 7 explored plain alone between speculative batches of 8, 184
@@ -442,7 +444,8 @@ class GoodputPolicy(ModePolicy):
 
     def _spec_measured_for(self, batch_size: int) -> bool:
         spec = self.costs[costs.SPEC]
-        return self._measured_near(spec, batch_size) and batch_size <= self.SPEC_REACH * max(spec)
+        return (self._measured_near(spec, batch_size) and batch_size <= self.SPEC_REACH * max(spec)
+                and costs.bucket(batch_size) * self.SPEC_REACH >= min(spec))
 
     def _decide(self, batch_size: int) -> tuple[bool, str]:
         answer = self._answers.get(batch_size)

@@ -741,3 +741,15 @@ def test_prefill_batches_priced_in_make_speculation_lead_where_it_ends_more_requ
     assert policy._decide(64) == (True, "goodput"), "speculating, it stays"
     put(policy, costs={**policy.costs, costs.SPEC_PREFILL: {64: 0.060}})
     assert policy._decide(64) == (False, "goodput"), "its own mode's prefill time counts first"
+
+
+def test_a_batch_well_below_every_measured_speculative_batch_explores_speculation():
+    """Read flat from above, a speculative time is an upper bound that can rule out every
+    probe (8B pair: 50 ms at 128 for a batch of 64 that takes 21.6)."""
+    policy = GoodputPolicy(K)
+    policy.set_costs(table(plain={64: 6.91, 128: 8.27}, spec={128: 50.2}))
+    put(policy, _speculating=False)
+    assert policy._decide(64) == (True, "explore")
+    assert policy._decide(104)[1] != "explore", "within SPEC_REACH of 128: read from it"
+    policy.set_costs(table(plain={64: 6.91, 128: 8.27}, spec={64: 21.6, 128: 50.2}))
+    assert policy._decide(64)[1] != "explore"
