@@ -59,7 +59,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_future_relay.py",),
            why="a plain batch would gather and stash back its draft extras: the host cost the skip removes"),
     Mutant("goodput-never-probes", "policy.py",
-           "if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):", "if False:",
+           "if self._plain_run >= self.probe_interval(p.t_plain, p.t_spec, t_window):", "if False:",
            (U + "test_goodput.py",),
            why="while plain, the acceptance estimate would never refresh: no way back to speculation"),
     Mutant("goodput-explores-in-lone-steps", "policy.py",
@@ -95,13 +95,13 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput_sim.py",),
            why="a refresh's fresh samples would share the median with the stale ones it was for"),
     Mutant("goodput-trusts-a-lucky-probe", "policy.py",
-           "sure = expected - self.acceptance.standard_error()",
-           "sure = expected",
+           "sure=spec_rate(expected - self.acceptance.standard_error())",
+           "sure=spec_rate(expected)",
            (U + "test_goodput_sim.py",),
            why="one probe that happened to accept more would start a speculative stretch where plain pays "
                "(8% of the steps at batch 1, acceptance 1.3, on the GPU)"),
     Mutant("goodput-probes-where-speculation-cannot-pay", "policy.py",
-           "        if best / per_spec_step(best) <= plain * (1 + self.hysteresis):\n"
+           "        if p.best <= plain * (1 + self.hysteresis):\n"
            "            return False, \"goodput\"\n",
            "",
            (U + "test_goodput.py",),
@@ -165,6 +165,11 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="coming down from batch 128 to 64 (8B pair, acceptance 3.5), 128's 50 ms read flat ruled "
                "out every probe where speculation leads by 12%: 0.89x the better mode"),
+    Mutant("goodput-refresh-runs-one-round", "policy.py",
+           "    REFRESH_ROUNDS = 4\n", "    REFRESH_ROUNDS = 1\n",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="8B pair at acceptance 3.5, batch 64 after 32: speculation 12% ahead, one 7-step "
+               "refresh leaves the call unsettled and the policy plain for some 1,100 steps (0.97x)"),
     Mutant("goodput-files-the-interval-after-a-prefill", "controller.py",
            "if len(r) > 2 and back_to_back(last, now) and", "if len(r) > 2 and",
            (U + "test_goodput.py",),

@@ -241,6 +241,20 @@ class PrefillRate:
                 "batches_per_event": self._batches / self._events if self._events else 0.0}
 
 
+@dataclass(frozen=True)
+class Prediction:
+    """What the goodput policy predicts at one batch size: the step times (seconds) and
+    output tokens per second and request, plain and speculative (at the expected
+    acceptance, at it less one standard error, with every draft accepted)."""
+
+    t_plain: float
+    t_spec: float
+    plain: float
+    spec: float
+    sure: float
+    best: float
+
+
 class GoodputPolicy(ModePolicy):
     """Per batch, the mode with the higher predicted output tokens per second.
 
@@ -292,7 +306,8 @@ class GoodputPolicy(ModePolicy):
       batches where speculation paid 12%. A refresh brings ``REFRESH_STEPS`` verifies
       and a fresh step time at once; near the call its steps cost about what plain ones
       would. A refresh does not push the next probe back: the acceptance evidence would
-      age away meanwhile;
+      age away meanwhile. A speculative refresh that leaves speculation ahead by the
+      estimate, but not surely, runs another round, up to ``REFRESH_ROUNDS``;
     - while speculating, a plain time that looks stale (``_stale_plain``: slower than at
       a larger batch, and never since by plain steps the policy chose) is measured again
       the same way, with ``REFRESH_STEPS`` plain steps, once per bucket: no probe runs
@@ -318,6 +333,9 @@ class GoodputPolicy(ModePolicy):
     # Speculative steps of a refresh: an exploration's worth, so that the sync after its
     # last step shares MIN_SAMPLES fresh samples.
     REFRESH_STEPS = EXPLORE_SYNC
+    # Rounds of REFRESH_STEPS a speculative refresh runs at most while it leaves
+    # speculation ahead by the estimate but not surely so.
+    REFRESH_ROUNDS = 4
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
@@ -333,6 +351,8 @@ class GoodputPolicy(ModePolicy):
         self._steady_plain: set[int] = set()
         self._refresh_left = 0  # steps of the refresh under way
         self._refresh_spec = True  # its mode
+        self._extensions = 0  # rounds of the speculative refresh under way beyond its first
+        self._may_extend = False  # a speculative refresh just ended: another round may follow
         self._explore_left = 0  # steps of the exploration under way (mode: _speculating)
         # (mode, bucket, why) for the controller to drop (stale_buckets)
         self._stale: list[tuple[str, int, str]] = []
@@ -385,8 +405,9 @@ class GoodputPolicy(ModePolicy):
         decided, why = self._decide(batch_size)
         self._answers.clear()
         self._launched += 1
+        continuing, self._may_extend = self._may_extend, False
         if why == "refresh" and speculative == decided:
-            self._refresh_step(batch_size, speculative)
+            self._refresh_step(batch_size, speculative, continuing)
             return
         if speculative != decided or why == "probe":
             # Not the policy's mode: a probe, or a batch forced to speculate.
@@ -404,8 +425,12 @@ class GoodputPolicy(ModePolicy):
         if why == "goodput":
             (self._steady if speculative else self._steady_plain).add(costs.bucket(batch_size))
 
-    def _refresh_step(self, batch_size: int, speculative: bool) -> None:
-        if not self._refresh_left:  # its first step
+    def _refresh_step(self, batch_size: int, speculative: bool, continuing: bool) -> None:
+        if not self._refresh_left and continuing:  # the first step of another round
+            self._extensions += 1
+            self._refresh_left = self.REFRESH_STEPS
+        elif not self._refresh_left:  # its first step
+            self._extensions = 0
             b = costs.bucket(batch_size)
             if speculative:
                 why = REFRESH_STALE if self._stale_spec(batch_size) else REFRESH_CLOSE
@@ -419,6 +444,8 @@ class GoodputPolicy(ModePolicy):
         self._refresh_left -= 1
         # Sync after the last step, as after an exploration.
         self._explored = self.REFRESH_STEPS - self._refresh_left
+        # The next answer, with the fresh time shared, may run another round (_answer).
+        self._may_extend = not self._refresh_left and speculative and self._extensions < self.REFRESH_ROUNDS - 1
 
     def stale_buckets(self) -> list[tuple[str, int, str]]:
         stale, self._stale = self._stale, []
@@ -476,15 +503,8 @@ class GoodputPolicy(ModePolicy):
             return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):
             return False, "explore"
-        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
-        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
-        expected = self.acceptance.expected_tokens()
-
-        def per_spec_step(tokens: float) -> float:  # seconds, prefills after it included
-            return t_spec + self._prefill_time(batch_size, batch_size * tokens, True)
-
-        plain = 1.0 / (t_plain + self._prefill_time(batch_size, batch_size, False))
-        spec = expected / per_spec_step(expected)
+        p = self._predict(batch_size)
+        plain, spec = p.plain, p.spec
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
                 # Staying rests on the plain time: measure it again if it looks stale.
@@ -494,22 +514,42 @@ class GoodputPolicy(ModePolicy):
         # probe alone (upstream's simulated acceptance 1.3 gives a whole batch 2
         # tokens in 3 of 10 steps) must not start a speculative stretch, which the
         # hysteresis then prolongs (8% of the steps at batch 1 in the 8B sweep).
-        sure = expected - self.acceptance.standard_error()
-        if sure > 0 and sure / per_spec_step(sure) > plain * (1 + self.hysteresis):
+        if p.sure > plain * (1 + self.hysteresis):
             return True, "goodput"
+        # A refresh that leaves speculation ahead by the estimate, but not surely ahead,
+        # runs another round (up to REFRESH_ROUNDS): its steps cost nothing where
+        # speculation leads, and one round's verifies, aged away by the next probe, may
+        # never settle the call (8B pair at acceptance 3.5, batch 64, simulated: 12%
+        # ahead, plain for some 1,100 steps at 7 verifies a round).
+        if self._may_extend and spec > plain * (1 + self.hysteresis):
+            return True, "refresh"
         # A probe only pays where its verify could change the answer: not where even
         # every draft accepted (k + 1 tokens a step) would leave plain ahead (8B pair,
         # batch 128: a speculative step costs 5 plain ones, k + 1 = 4). The plain run
         # keeps counting, so the first batch small enough probes at once.
-        best = self.acceptance.k + 1
-        if best / per_spec_step(best) <= plain * (1 + self.hysteresis):
+        if p.best <= plain * (1 + self.hysteresis):
             return False, "goodput"
         windows = self.costs[costs.PROBE]
         t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
-        if self._plain_run >= self.probe_interval(t_plain, t_spec, t_window):
+        if self._plain_run >= self.probe_interval(p.t_plain, p.t_spec, t_window):
             close = spec >= plain * (1 - self.hysteresis)
             return True, "refresh" if close or self._stale_spec(batch_size) else "probe"
         return False, "goodput"
+
+    def _predict(self, batch_size: int) -> Prediction:
+        """Output tokens per second and request, with both modes' step times measured
+        near ``batch_size``."""
+        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
+        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
+
+        def spec_rate(tokens: float) -> float:  # tokens a step over its time, prefills after it included
+            return tokens / (t_spec + self._prefill_time(batch_size, batch_size * tokens, True)) if tokens > 0 else 0.0
+
+        expected = self.acceptance.expected_tokens()
+        return Prediction(
+            t_plain, t_spec, plain=1.0 / (t_plain + self._prefill_time(batch_size, batch_size, False)),
+            spec=spec_rate(expected), sure=spec_rate(expected - self.acceptance.standard_error()),
+            best=spec_rate(self.acceptance.k + 1.0))
 
     def speculate(self, batch_size: int) -> bool:
         return self._decide(batch_size)[0]

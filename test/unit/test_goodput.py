@@ -753,3 +753,37 @@ def test_a_batch_well_below_every_measured_speculative_batch_explores_speculatio
     assert policy._decide(104)[1] != "explore", "within SPEC_REACH of 128: read from it"
     policy.set_costs(table(plain={64: 6.91, 128: 8.27}, spec={64: 21.6, 128: 50.2}))
     assert policy._decide(64)[1] != "explore"
+
+
+def close_refresh(during: list[int]) -> tuple[int, list, tuple]:
+    """Speculation 7% ahead by the estimate (about 3.47 tokens at 22.5 ms against 6.91 ms
+    plain) from 20 steps of whole-step acceptance 3 or 4 tokens (upstream's simulated
+    3.5): not surely ahead, a close call, so the probe due is a refresh. Runs it with
+    verifies cycling through ``during`` (drafts per request); returns its steps, what it
+    dropped and the answer after it."""
+    p = GoodputPolicy(K)
+    p.set_costs(table(plain={64: 6.91}, spec={64: 22.5}))
+    for i in range(20):
+        p.acceptance.update([2 + i % 2] * 64, i)
+    put(p, _speculating=False, _plain_run=10_000, _steady={64}, _launched=20)
+    assert p._decide(64) == (True, "refresh")
+    steps, dropped = 0, []
+    while p._decide(64)[1] == "refresh" and steps < 100:
+        p.on_launch(True, 64)
+        dropped += p.stale_buckets()
+        p.on_verify([during[steps % len(during)]] * 64)
+        steps += 1
+    return steps, dropped, p._decide(64)
+
+
+def test_a_close_refresh_that_leaves_speculation_ahead_unsurely_runs_more_rounds():
+    """One round's verifies leave the estimate less one standard error within the
+    hysteresis, so another round runs, its samples not dropped again, up to
+    REFRESH_ROUNDS; a round that puts speculation behind ends it."""
+    steps, dropped, after = close_refresh([2, 3])
+    rounds = steps // GoodputPolicy.REFRESH_STEPS
+    assert steps % GoodputPolicy.REFRESH_STEPS == 0 and 1 < rounds <= GoodputPolicy.REFRESH_ROUNDS, steps
+    assert [(mode, b) for mode, b, _ in dropped] == [(costs.SPEC, 64)], "dropped once, at the first round"
+    assert after == (True, "goodput") or after == (False, "goodput"), after
+    steps, _, after = close_refresh([2])  # 3 tokens a step: behind plain
+    assert steps == GoodputPolicy.REFRESH_STEPS and after == (False, "goodput"), (steps, after)
