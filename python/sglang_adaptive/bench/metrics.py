@@ -7,6 +7,7 @@ which writes the line): tested on synthetic records and log lines.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 
 from sglang_adaptive.bench.workloads import matches_json_schema
@@ -141,36 +142,51 @@ def steady_decode(log_text: str, batch_size: int) -> dict:
     shows how far two servers of the same mode differ on the host (the tiny pair's
     windows: 0.74-1.22x, 2026-12-02-h200-goodput-tiny-verify). Keys only for a mode
     with such windows."""
-    windows = []  # [batch size, tok/s, speculated (static server), (plain, spec) before, after]
+    windows: list[_Window] = []
     counts = None
     for m in DECODE_OR_MODE_RE.finditer(log_text):
         if m.group(1) is not None:
-            windows.append([int(m.group(1)), float(m.group(3)), "accept len" in m.group(2), counts, None])
+            windows.append(_Window(int(m.group(1)), float(m.group(3)), "accept len" in m.group(2), counts))
             continue
         counts = (int(m.group(5)), int(m.group(6)))
         for w in reversed(windows):
-            if w[4] is not None:
+            if w.counts_after is not None:
                 break
-            w[4] = counts
+            w.counts_after = counts
     plain, spec = [], []
     for prev, w in zip(windows, windows[1:]):
-        if not prev[0] == w[0] == batch_size:
+        if not prev.batch_size == w.batch_size == batch_size:
             continue
-        if prev[3] is None and w[4] is None:  # a static server: no counters
-            if prev[2] == w[2]:
-                (spec if w[2] else plain).append(w[1])
-        elif prev[3] is not None and w[4] is not None:
-            if prev[3][1] == w[4][1]:
-                plain.append(w[1])
-            elif prev[3][0] == w[4][0]:
-                spec.append(w[1])
+        if prev.counts_before is None and w.counts_after is None:  # a static server: no counters
+            if prev.speculated == w.speculated:
+                (spec if w.speculated else plain).append(w.tok_per_s)
+        elif prev.counts_before is not None and w.counts_after is not None:
+            # The mode counters around the two windows: (plain, speculative) batches.
+            if prev.counts_before[1] == w.counts_after[1]:
+                plain.append(w.tok_per_s)
+            elif prev.counts_before[0] == w.counts_after[0]:
+                spec.append(w.tok_per_s)
     out = {}
-    for name, tput in (("steady_decode", plain), ("steady_spec_decode", spec)):
-        if tput:
-            tput.sort()
-            out[f"{name}_tok_per_s"] = _r(percentile(tput, 50), 1)
-            out[f"{name.replace('decode', 'windows')}"] = len(tput)
+    for speeds, speed_key, count_key in ((plain, "steady_decode_tok_per_s", "steady_windows"),
+                                         (spec, "steady_spec_decode_tok_per_s", "steady_spec_windows")):
+        if speeds:
+            speeds.sort()
+            out[speed_key] = _r(percentile(speeds, 50), 1)
+            out[count_key] = len(speeds)
     return out
+
+
+@dataclass
+class _Window:
+    """One decode log window (``steady_decode``): its batch size and ``gen throughput``,
+    whether its line says it speculated (static servers), and the adaptive server's
+    (plain, speculative) mode counters logged last before it and first after it."""
+
+    batch_size: int
+    tok_per_s: float
+    speculated: bool
+    counts_before: tuple[int, int] | None
+    counts_after: tuple[int, int] | None = None
 
 
 def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
