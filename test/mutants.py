@@ -180,6 +180,11 @@ MUTANTS: tuple[Mutant, ...] = (
            why="the forward count shows a prefill one prepare late: checking the pair before would file "
                "the interval that waits for the prefill as a decode step (speculative steps of 24 ms "
                "mixed with prefill batches of 18 ms read too cheap)"),
+    Mutant("goodput-prefills-counted-below-zero", "controller.py",
+           "self.policy.on_prefills(max(0, r[-1][3] - r[-2][3] - 1),",
+           "self.policy.on_prefills(r[-1][3] - r[-2][3] - 1,",
+           (U + "test_goodput.py",),
+           why="a batch prepared twice without a launch would count minus one prefill batch"),
     Mutant("goodput-prefills-unpriced", "policy.py",
            "return self._batches / self._events * -math.expm1(-q * tokens) if q else 0.0", "return 0.0",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),

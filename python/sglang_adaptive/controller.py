@@ -301,7 +301,8 @@ class AdaptiveModeController(ModeController):
         before the policy is told it launched."""
         r = self._recent
         if len(r) >= 3 and r[-1][3] is not None and r[-2][3] is not None:
-            self.policy.on_prefills(r[-1][3] - r[-2][3] - 1, r[-3][1], r[-3][2])
+            # No launch between two prepares (a batch prepared and not run) counts none.
+            self.policy.on_prefills(max(0, r[-1][3] - r[-2][3] - 1), r[-3][1], r[-3][2])
 
     def _time_prefill(self) -> None:
         """File what the prefill batches between two decode steps of one mode added:

@@ -689,6 +689,9 @@ def test_the_controller_files_what_a_prefill_batch_adds_and_tells_the_policy_aft
     assert c.costs.table()[costs.PLAIN_PREFILL] == {}, "one sample is below MIN_SAMPLES"
     assert list(c.costs._samples[(costs.PLAIN_PREFILL, 64)]) == [pytest.approx(0.019)]
     assert not c.costs._samples.get((costs.SPEC_PREFILL, 64))
+    c.on_prepare(False, 64, launched)
+    c.on_prepare(False, 64, launched)  # prepared again without a launch in between
+    assert [t[0] for t in policy.told[-2:]] == [0, 0] and policy.prefills._batches >= 0
 
 
 def test_a_prefill_next_to_a_switch_or_another_prefill_files_nothing():
