@@ -102,6 +102,14 @@
 #               costs an always-plain server beside no-spec when prefills come between decode steps
 #               (goodput spent ~4.5 ms more per prefill batch than no-spec in 2026-12-02-h200-goodput-spread;
 #               ~6 min)
+#        specgap  where goodput's speculative stretches lose to static EAGLE-3 (0.86x its speculative
+#               decode windows at 3.5, c=64, lengths 128-384: 2026-12-03-h200-prefill-priced): host timing on,
+#               static EAGLE-3, never plain (threshold 100000) and goodput, two rounds a, b, c, a, b, c; a
+#               per-function report at decode-64, decode-63 and extend (~15 min)
+#        plaingap  the same at 2.5, c=32 for the plain side (goodput plain on 90%: 0.906x no-spec): no-spec,
+#               always plain (threshold 0) and goodput, one round (~7 min)
+#        syncfix  after the keep-warm's prefill sync was removed: test/gpu/test_host_sync.py, then specgap
+#               and plaingap's points once each with static EAGLE-3 beside both (~11 min)
 #        prefillcost  what an EAGLE-3 server's prefill costs beside no-spec's: 256-token prompts, 2 output
 #               tokens, closed c=32 and 64, no-spec against always-plain without keep-warm (~5 min)
 #        kwcost the keep-warm cost: dummy 8B pair always plain (threshold 0), none / kv / full at
@@ -350,6 +358,11 @@ if [ "$cmd" = start ]; then
                       step prefillgap python benchmark/hosttime_report.py --bucket decode-64 --bucket decode-63 \
                           --bucket extend --json "$W/prefillgap/hosttime.json" plain="$W/prefillgap-plain/timing" \
                           always-plain="$W/prefillgap-adaptive-threshold/timing" ;;
+            specgap) step specgap scripts/hostgap.sh 3.5 64 2 eagle3 adaptive-never-plain adaptive-goodput ;;
+            plaingap) step plaingap scripts/hostgap.sh 2.5 32 1 plain adaptive-threshold adaptive-goodput ;;
+            syncfix) gputest hostsync 36000 test/gpu/test_host_sync.py
+                      step syncfix35 scripts/hostgap.sh 3.5 64 1 eagle3 adaptive-never-plain adaptive-goodput
+                      step syncfix25 scripts/hostgap.sh 2.5 32 1 plain eagle3 adaptive-goodput ;;
             prefillcost) step prefillcost python -m sglang_adaptive.bench --configs plain,adaptive-threshold \
                         --threshold 0 --keep-warm none --closed 32,64 --in-len 256 --out-len 2 \
                         --requests-per-client 8 --rates "" --phases "" --out "$W/prefillcost" ;;
