@@ -6,6 +6,7 @@ once per test session, through SGLang's own ``load_plugins()``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,29 @@ def assert_greedy_generation_repeats(model, tok) -> None:
     again = model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=1)
     assert torch.equal(out, again) and out.shape[1] == ids.shape[1] + 12
     assert tok.decode(ids[0]) == "def main():\n    "
+
+
+PACKAGE_DIR = str(REPO / "python" / "sglang_adaptive")
+
+
+@pytest.fixture()
+def no_number_through_an_index(monkeypatch):
+    """Fail where the package assigns a Python number through a tensor index
+    (``t[idx] = -1``). On CUDA that copies the number to the device with a blocking
+    copy (``index_put_`` moves a CPU scalar value to the tensor's device), so the host
+    waits for every kernel queued on the stream: a speculative prefill waited ~12 ms
+    for the decode step in flight (benchmark/results/2026-12-04-h200-prefill-sync).
+    ``index_fill_`` or ``fill_`` take the number as a kernel argument instead."""
+    import torch
+
+    original = torch.Tensor.__setitem__
+
+    def checked(self, index, value):
+        caller = sys._getframe(1).f_code.co_filename
+        if isinstance(value, (bool, int, float)) and caller.startswith(PACKAGE_DIR):
+            raise AssertionError(
+                f"{caller}:{sys._getframe(1).f_lineno} assigns the Python number {value!r} through "
+                "a tensor index: a blocking host-to-device copy on CUDA (use index_fill_ or fill_)")
+        return original(self, index, value)
+
+    monkeypatch.setattr(torch.Tensor, "__setitem__", checked)

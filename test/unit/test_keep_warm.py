@@ -15,6 +15,9 @@ from conftest import eagle3_argv
 from sglang_adaptive import keepwarm
 from sglang_adaptive.args import ConfigError, get_config
 
+# Every keep-warm path these tests drive runs on the scheduler's hot path.
+pytestmark = pytest.mark.usefixtures("no_number_through_an_index")
+
 
 # -- flags --------------------------------------------------------------------
 
@@ -293,6 +296,22 @@ def test_a_slot_reused_by_a_new_request_does_not_inherit_the_pending_position():
     batch = spec_batch([3], [21], [4])
     kw.before_spec(batch)
     assert batch.spec_info.topk_index.tolist() == [[-1]]
+
+
+def test_clearing_stash_positions_copies_no_number_to_the_device(monkeypatch):
+    """The two places that clear pending positions (a prefill's slots, a speculative
+    step's after its pass) fill them in a kernel; ``position[idx] = -1`` would make the
+    host wait for the forward stream at every speculative prefill."""
+    calls = []
+    original = torch.Tensor.index_fill_
+    monkeypatch.setattr(torch.Tensor, "index_fill_",
+                        lambda self, *a: calls.append(a[1:]) or original(self, *a))
+    kw, _ = kv_keep_warm()
+    plain_step(kw, [2, 5], [10, 3], [7, 8])
+    kw.on_prefill(NS(req_pool_indices=torch.tensor([5])))
+    kw.before_spec(spec_batch([2, 5], [11, 4], [1, 2]))
+    assert (kw.position == -1).all()
+    assert [(idx.tolist(), v) for idx, v in calls] == [([5], -1), ([2, 5], -1)]
 
 
 def test_host_lengths_reach_the_pass_one_position_back():

@@ -17,6 +17,9 @@ from sglang_adaptive.plain_graph import ModeState
 from sglang_adaptive.upstream import sglang_symbols as up
 from sglang_adaptive.worker import AdaptiveEAGLEWorker
 
+# The plain step and the prefill without the draft run on the scheduler's hot path.
+pytestmark = pytest.mark.usefixtures("no_number_through_an_index")
+
 
 def plain_worker(runner, forward, req_to_token) -> AdaptiveEAGLEWorker:
     """The worker as built on a GPU, minus the GPU: just what a plain step reads."""
