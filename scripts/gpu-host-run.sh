@@ -110,6 +110,8 @@
 #               always plain (threshold 0) and goodput, one round (~7 min)
 #        plaingap64  plaingap at 3.5, c=64: no-spec, always plain and goodput, where goodput's plain
 #               stretch paid about 45 ms a prefill batch (2026-12-04-h200-prefill-sync; ~6 min)
+#        hostsync  test/gpu/test_host_sync.py alone: the keep-warm's hot-path bookkeeping under CUDA's
+#               sync debug mode (seconds, no server)
 #        syncfix  after the keep-warm's prefill sync was removed: test/gpu/test_host_sync.py, then specgap
 #               and plaingap's points once each with static EAGLE-3 beside both (~11 min)
 #        prefillcost  what an EAGLE-3 server's prefill costs beside no-spec's: 256-token prompts, 2 output
@@ -363,6 +365,7 @@ if [ "$cmd" = start ]; then
             specgap) step specgap scripts/hostgap.sh 3.5 64 2 eagle3 adaptive-never-plain adaptive-goodput ;;
             plaingap) step plaingap scripts/hostgap.sh 2.5 32 1 plain adaptive-threshold adaptive-goodput ;;
             plaingap64) step plaingap64 scripts/hostgap.sh 3.5 64 1 plain adaptive-threshold adaptive-goodput ;;
+            hostsync) gputest hostsync 36000 test/gpu/test_host_sync.py ;;
             syncfix) gputest hostsync 36000 test/gpu/test_host_sync.py
                       step syncfix35 scripts/hostgap.sh 3.5 64 1 eagle3 adaptive-never-plain adaptive-goodput
                       step syncfix25 scripts/hostgap.sh 2.5 32 1 plain eagle3 adaptive-goodput ;;
