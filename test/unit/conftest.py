@@ -75,8 +75,6 @@ def assert_greedy_generation_repeats(model, tok) -> None:
     assert tok.decode(ids[0]) == "def main():\n    "
 
 
-PACKAGE_DIR = str(REPO / "python" / "sglang_adaptive")
-
 
 @pytest.fixture()
 def no_number_through_an_index(monkeypatch):
@@ -88,11 +86,15 @@ def no_number_through_an_index(monkeypatch):
     ``index_fill_`` or ``fill_`` take the number as a kernel argument instead."""
     import torch
 
+    import sglang_adaptive
+
+    # The package as imported: the mutants' runs import a copy from elsewhere.
+    package_dir = str(Path(sglang_adaptive.__file__).parent)
     original = torch.Tensor.__setitem__
 
     def checked(self, index, value):
         caller = sys._getframe(1).f_code.co_filename
-        if isinstance(value, (bool, int, float)) and caller.startswith(PACKAGE_DIR):
+        if isinstance(value, (bool, int, float)) and caller.startswith(package_dir):
             raise AssertionError(
                 f"{caller}:{sys._getframe(1).f_lineno} assigns the Python number {value!r} through "
                 "a tensor index: a blocking host-to-device copy on CUDA (use index_fill_ or fill_)")
