@@ -191,15 +191,22 @@ MUTANTS: tuple[Mutant, ...] = (
            why="8B pair, acceptance 3.5, c=64, spread lengths: plain by decode steps (10% ahead) where "
                "static EAGLE-3 led end to end by 6.6% (0.85x EAGLE-3 on the GPU)"),
     Mutant("goodput-prefills-per-request-not-per-token", "policy.py",
-           "self._prefill_time(batch_size, batch_size * tokens, True)",
-           "self._prefill_time(batch_size, batch_size, True)",
+           "self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain)",
+           "self._prefill_time(batch_size, batch_size, True, t_spec, t_plain)",
            (U + "test_goodput.py",),
            why="a speculative step would be priced with a plain step's prefills, a third of what "
                "follows it at 3.5 tokens a step: speculation looks 30% ahead where it leads by 4%"),
     Mutant("goodput-prefill-time-of-the-other-mode-first", "policy.py",
-           "table = self.costs[own] or self.costs[other]", "table = self.costs[other] or self.costs[own]",
+           "        if self.costs[own]:\n", "        if self.costs[own] and not self.costs[other]:\n",
            (U + "test_goodput.py",),
            why="a mode's own prefill cost would never count once the other mode had one"),
+    Mutant("goodput-prefill-price-borrowed-as-it-stands", "policy.py",
+           "costs.lookup(self.costs[other], batch_size) + t_other - t_own)",
+           "costs.lookup(self.costs[other], batch_size))",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="8B pair, acceptance 3.5, c=64, lengths 128-384: a prefill after a plain step (42.8 ms) "
+               "priced a speculative step's prefills (13.8 ms): speculation 5% ahead instead of 30%, plain "
+               "for the first 500 batches (0.886x static EAGLE-3)"),
     Mutant("goodput-prefill-cost-keeps-a-decode-step", "controller.py",
            "(c[0] - a[0] - 2 * step)", "(c[0] - a[0] - step)",
            (U + "test_goodput.py",),

@@ -263,7 +263,9 @@ class GoodputPolicy(ModePolicy):
     step times of the shared cost table (``costs``), each plus the prefill batches
     expected after such a step (``PrefillRate``, more after a step that makes more
     tokens) times what a prefill batch adds in that mode (the table's ``*_prefill``;
-    the other mode's where one has none yet). No hand-set number decides:
+    where one has none yet, the other mode's shifted by the step-time difference, as a
+    longer step hides more of a prefill:
+    ``_prefill_time``). No hand-set number decides:
     - a mode without a measured step time near this batch size (within a factor 2;
       for speculation also at most ``SPEC_REACH`` above its largest measured batch and
       below its smallest: read flat from batch 128, 50 ms ruled out every probe at 64,
@@ -388,16 +390,30 @@ class GoodputPolicy(ModePolicy):
         self.prefills.update(batches, tokens)
         self._answers.clear()
 
-    def _prefill_time(self, batch_size: int, tokens: float, speculative: bool) -> float:
+    def _prefill_time(self, batch_size: int, tokens: float, speculative: bool, t_own: float,
+                      t_other: float) -> float:
         """Seconds of prefill batches expected after a decode step of ``batch_size``
-        requests making ``tokens`` tokens in that mode."""
+        requests making ``tokens`` tokens in that mode, whose step takes ``t_own``
+        (the other mode's ``t_other``).
+
+        Under the overlap scheduler the host launches a prefill while the GPU runs the
+        decode step before it, so a longer step hides more of the prefill: a prefill
+        batch adds about L - t to the wall time, L its own latency. Until a mode has a
+        measured price it is derived from the other's that way, not borrowed as it
+        stands: on the 8B pair (acceptance 3.5, batch 64) a prefill's eager forward took
+        about 36 ms of host time for 7.5 ms of GPU time, and added 42.8 ms after a 6.4 ms
+        plain step but 13.8 ms after a 24.6 ms speculative one; priced at plain's,
+        speculation looked 5% ahead instead of 30%."""
         n = self.prefills.per_step(tokens)
         if not n:
             return 0.0
         own, other = (costs.SPEC_PREFILL, costs.PLAIN_PREFILL) if speculative else (
             costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
-        table = self.costs[own] or self.costs[other]
-        return n * max(0.0, costs.lookup(table, batch_size)) if table else 0.0
+        if self.costs[own]:
+            return n * max(0.0, costs.lookup(self.costs[own], batch_size))
+        if self.costs[other]:
+            return n * max(0.0, costs.lookup(self.costs[other], batch_size) + t_other - t_own)
+        return 0.0
 
     def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
         # The scheduler asked speculate(batch_size) for this batch just before, with
@@ -543,11 +559,13 @@ class GoodputPolicy(ModePolicy):
         t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
 
         def spec_rate(tokens: float) -> float:  # tokens a step over its time, prefills after it included
-            return tokens / (t_spec + self._prefill_time(batch_size, batch_size * tokens, True)) if tokens > 0 else 0.0
+            prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain)
+            return tokens / (t_spec + prefills) if tokens > 0 else 0.0
 
         expected = self.acceptance.expected_tokens()
+        plain_prefills = self._prefill_time(batch_size, batch_size, False, t_plain, t_spec)
         return Prediction(
-            t_plain, t_spec, plain=1.0 / (t_plain + self._prefill_time(batch_size, batch_size, False)),
+            t_plain, t_spec, plain=1.0 / (t_plain + plain_prefills),
             spec=spec_rate(expected), sure=spec_rate(expected - self.acceptance.standard_error()),
             best=spec_rate(self.acceptance.k + 1.0))
 

@@ -736,7 +736,7 @@ def test_prefill_batches_priced_in_make_speculation_lead_where_it_ends_more_requ
     assert policy._decide(64) == (False, "goodput")
     gs8_35(policy, 24.0, 19.0)
     assert policy._decide(64) == (True, "goodput")
-    gs8_35(policy, 24.0)  # the speculative prefill time not measured yet: plain's stands in
+    gs8_35(policy, 24.0, 24.0)
     assert policy._decide(64) == (False, "goodput")
     put(policy, _plain_run=10_000)
     assert policy._decide(64) == (True, "refresh"), "a close call: the probe due is a refresh"
@@ -744,6 +744,25 @@ def test_prefill_batches_priced_in_make_speculation_lead_where_it_ends_more_requ
     assert policy._decide(64) == (True, "goodput"), "speculating, it stays"
     put(policy, costs={**policy.costs, costs.SPEC_PREFILL: {64: 0.060}})
     assert policy._decide(64) == (False, "goodput"), "its own mode's prefill time counts first"
+
+
+def test_a_mode_without_a_prefill_price_takes_the_other_modes_less_what_its_longer_step_hides():
+    """The host launches a prefill while the GPU runs the decode step before it: after a
+    6.4 ms plain step a prefill batch added 42.8 ms on the 8B pair (acceptance 3.5, batch
+    64), after a 24.6 ms speculative one 13.8 ms (2026-12-04 prefill-sync run). Borrowed
+    as it stood, plain's price put speculation 5% ahead instead of 30%, a close call, and
+    the policy stayed plain for its first 500 batches."""
+    policy = GoodputPolicy(K)
+    gs8_35(policy, 24.0)  # no speculative prefill price yet
+    per_spec_step, per_plain_step = policy.prefills.per_step(224), policy.prefills.per_step(64)
+    assert policy._prefill_time(64, 224, True, 24.22e-3, 6.26e-3) == pytest.approx(per_spec_step * 6.04e-3)
+    assert policy._decide(64) == (True, "goodput"), "speculation well ahead: no close call"
+    gs8_35(policy, None, 6.04)  # the other way round: plain's from speculation's
+    assert policy._prefill_time(64, 64, False, 6.26e-3, 24.22e-3) == pytest.approx(per_plain_step * 24.0e-3)
+    gs8_35(policy, 10.0)  # a speculative step longer than plain's by more than the prefill adds
+    assert policy._prefill_time(64, 224, True, 24.22e-3, 6.26e-3) == 0.0
+    gs8_35(policy, 24.0, 19.0)  # a mode's own price, once measured, is used as it stands
+    assert policy._prefill_time(64, 224, True, 24.22e-3, 6.26e-3) == pytest.approx(per_spec_step * 19.0e-3)
 
 
 def test_a_batch_well_below_every_measured_speculative_batch_explores_speculation():
