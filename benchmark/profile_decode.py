@@ -14,7 +14,15 @@ usage (GPU host, from the repo root):
   python benchmark/profile_decode.py --label adaptive-plain -- <server args> \\
       --speculative-disable-batch-threshold 0
   add --stream to drive it with streaming requests (the benchmark suite's client)
-Output: $OUT/profile-LABEL.json (and the raw trace under $OUT/trace-LABEL/).
+  or name a benchmark configuration on the dummy 8B pair instead of server args:
+  python benchmark/profile_decode.py --label eagle3 --config eagle3 --acc-len 3.5 \\
+      --concurrency 64 --output-len 384 --output-len-min 128
+Output: $OUT/profile-LABEL.json (and the raw trace under --trace-dir, default $OUT/trace-LABEL/).
+The summary's ``batches`` splits the profiled scheduler iterations by kind (extend or
+decode; ``-plain`` where the adaptive worker ran its plain path): host time per
+iteration, the GPU time of the kernels it launched, how far the GPU was behind when
+it started, and the host calls that wait for the GPU with the SGLang function that
+made them.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
-from sglang_adaptive.bench import client
+from sglang_adaptive.bench import client, configs
 from sglang_adaptive.bench.workloads import Closed
 from sglang_adaptive.testing import Server, generate, make_requests
 
@@ -73,7 +81,97 @@ def summarise(trace_path: str, top: int = 15) -> dict:
                            sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]},
     }
     summary.update(per_step(events, launch_events, kernels, top))
+    summary["batches"] = per_batch(events, kernels, top)
     return summary
+
+
+# CUDA runtime calls that can block the host until the GPU catches up (a copy to or
+# from pageable memory, or an explicit wait).
+WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize",
+         "cudaMemcpyAsync", "cudaMemcpy", "cudaStreamWaitEvent")
+
+
+def _frame(name: str) -> str:
+    # "sglang/srt/managers/scheduler.py(1234): run_batch" -> "scheduler.py:run_batch"
+    path, _, func = name.partition(": ")
+    return f"{path.rsplit('/', 1)[-1].split('(')[0]}:{func}" if func else name
+
+
+def per_batch(events, kernels, top: int) -> dict:
+    """Per scheduler iteration (``Scheduler.run_batch`` on the launching thread, seen
+    through the profiler's Python frames), by kind: medians of its host time, of the
+    GPU time of the kernels it launched (matched by correlation id), of the lag from
+    its start to its first kernel's start (the GPU still busy with earlier batches),
+    and of its waiting calls (``WAITS``), with the innermost SGLang frame around each
+    wait over 0.1 ms and their total milliseconds over all iterations of the kind; and
+    the SGLang functions that took the most host time per iteration (inclusive, mean),
+    which shows where a host-bound iteration goes."""
+    import bisect
+
+    py = [e for e in events if e.get("cat") == "python_function" and "dur" in e]
+    runs = [e for e in py if e["name"].endswith(": run_batch") and "scheduler" in e["name"]]
+    if not runs:
+        return {}
+    tid = max({(e.get("pid"), e.get("tid")) for e in runs},
+              key=lambda k: sum(1 for e in runs if (e.get("pid"), e.get("tid")) == k))
+    same = lambda e: (e.get("pid"), e.get("tid")) == tid  # noqa: E731
+    runs = sorted((e for e in runs if same(e)), key=lambda e: e["ts"])
+    starts = [e["ts"] for e in runs]
+
+    def owner(e):
+        i = bisect.bisect_right(starts, e["ts"]) - 1
+        return i if 0 <= i and e["ts"] < runs[i]["ts"] + runs[i]["dur"] else None
+
+    inside = defaultdict(list)
+    for e in py:
+        if same(e) and (i := owner(e)) is not None:
+            inside[i].append(e)
+    kernel_by_corr = defaultdict(list)
+    for k in kernels:
+        corr = (k.get("args") or {}).get("correlation")
+        if corr is not None:
+            kernel_by_corr[corr].append(k)
+    host = defaultdict(list)
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and same(e) and (i := owner(e)) is not None:
+            host[i].append(e)
+    kinds = defaultdict(lambda: {"n": 0, "host": [], "gpu": [], "lag": [], "wait": [], "waits": defaultdict(float),
+                                 "frames": defaultdict(float)})
+    for i, run in enumerate(runs):
+        names = [f["name"] for f in inside[i]]
+        extend = any(n.endswith(": forward_extend") for n in names)
+        kind = "extend" if extend else "decode"
+        if any(n.endswith(("_forward_plain", "_prefill_plain")) for n in names):
+            kind += "-plain"
+        d = kinds[kind]
+        d["n"] += 1
+        d["host"].append(run["dur"])
+        for f in inside[i]:
+            if "sglang" in f["name"] and f is not run:
+                d["frames"][_frame(f["name"])] += f["dur"]
+        launched = [k for h in host[i] for k in kernel_by_corr.get((h.get("args") or {}).get("correlation"), ())]
+        d["gpu"].append(sum(k["dur"] for k in launched))
+        d["lag"].append(min(k["ts"] for k in launched) - run["ts"] if launched else 0.0)
+        waited = 0.0
+        for h in host[i]:
+            if h["name"] not in WAITS:
+                continue
+            waited += h["dur"]
+            if h["dur"] < 100:
+                continue
+            frames = [f for f in inside[i] if f["ts"] <= h["ts"] < f["ts"] + f["dur"] and "sglang" in f["name"]]
+            where = _frame(max(frames, key=lambda f: (f["ts"], -f["dur"]))["name"]) if frames else "?"
+            d["waits"][f"{where} {h['name']}"] += h["dur"]
+        d["wait"].append(waited)
+    ms = lambda us: round(us / 1e3, 3)  # noqa: E731
+    return {kind: {"iterations": d["n"], "median_host_ms": ms(_median(d["host"])),
+                   "median_gpu_ms": ms(_median(d["gpu"])), "median_gpu_lag_ms": ms(_median(d["lag"])),
+                   "median_wait_ms": ms(_median(d["wait"])),
+                   "waits_total_ms": {k: ms(v) for k, v in
+                                      sorted(d["waits"].items(), key=lambda kv: -kv[1])[:top]},
+                   "host_ms_per_iteration": {k: ms(v / d["n"]) for k, v in
+                                             sorted(d["frames"].items(), key=lambda kv: -kv[1])[:top]}}
+            for kind, d in sorted(kinds.items())}
 
 
 def per_step(events, launch_events, kernels, top: int) -> dict:
@@ -129,6 +227,13 @@ def main() -> None:
     p.add_argument("--num", type=int, default=512)
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--output-len-min", type=int, default=None,
+                   help="output lengths drawn uniformly from [this, --output-len] (default: all equal)")
+    p.add_argument("--config", default=None,
+                   help="a benchmark configuration (sglang_adaptive.bench.configs) on the dummy 8B pair, "
+                        "instead of server args")
+    p.add_argument("--acc-len", type=float, default=2.5, help="with --config: simulated acceptance")
+    p.add_argument("--trace-dir", default=None, help="where the raw trace goes (default $OUT/trace-LABEL)")
     p.add_argument("--warmup-s", type=float, default=6.0, help="load time before profiling")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--stream", action="store_true",
@@ -136,13 +241,16 @@ def main() -> None:
                         "per request, as interactive clients receive them)")
     p.add_argument("server_args", nargs=argparse.REMAINDER)
     a = p.parse_args()
-    server_args = [x for x in a.server_args if x != "--"]
+    server_args, env = [x for x in a.server_args if x != "--"], {}
+    if a.config:
+        (cfg,) = configs.server_configs(configs.dummy_pair(a.acc_len), [a.config])
+        server_args, env = cfg.args + server_args, cfg.env
     out = Path(os.environ.get("OUT", "/tmp"))
-    trace_dir = out / f"trace-{a.label}"
+    trace_dir = Path(a.trace_dir) if a.trace_dir else out / f"trace-{a.label}"
     trace_dir.mkdir(parents=True, exist_ok=True)
     reqs = make_requests(a.num, in_range=(a.input_len, a.input_len),
-                         out_range=(a.output_len, a.output_len))
-    with Server(a.label, server_args, log_dir=out) as srv:
+                         out_range=(a.output_len_min or a.output_len, a.output_len))
+    with Server(a.label, server_args, env, log_dir=out) as srv:
         done: dict = {}
 
         def drive():

@@ -110,6 +110,13 @@
 #               always plain (threshold 0) and goodput, one round (~7 min)
 #        plaingap64  plaingap at 3.5, c=64: no-spec, always plain and goodput, where goodput's plain
 #               stretch paid about 45 ms a prefill batch (2026-12-04-h200-prefill-sync; ~6 min)
+#        prefillprof  what a prefill batch waits for: SGLang's profiler (benchmark/profile_decode.py, 60
+#               forward steps after 8 s of load) on no-spec, static EAGLE-3, goodput and always plain at
+#               3.5, c=64, lengths 128-384, where no-spec's extend iteration took 36 ms of host time and static
+#               EAGLE-3's 19 (traces stay on the host, under /tmp/traces; ~10 min; PREFILLPROF_CONFIGS narrows it)
+#        pricefix  a mode's unmeasured prefill price derived from the other's less the step-time difference:
+#               lengths 128-384, 8 waves; 3.5, c=64: static EAGLE-3 and goodput, two rounds; 2.5, c=32: no-spec,
+#               static EAGLE-3 and goodput (~13 min)
 #        hostsync  test/gpu/test_host_sync.py alone: the keep-warm's hot-path bookkeeping under CUDA's
 #               sync debug mode (seconds, no server)
 #        syncfix  after the keep-warm's prefill sync was removed: test/gpu/test_host_sync.py, then specgap
@@ -366,6 +373,17 @@ if [ "$cmd" = start ]; then
             plaingap) step plaingap scripts/hostgap.sh 2.5 32 1 plain adaptive-threshold adaptive-goodput ;;
             plaingap64) step plaingap64 scripts/hostgap.sh 3.5 64 1 plain adaptive-threshold adaptive-goodput ;;
             hostsync) gputest hostsync 36000 test/gpu/test_host_sync.py ;;
+            pricefix) sweep pf35 --rounds 2 --acc-len 3.5 --closed 64 --out-len 384 --out-len-min 128 \
+                        --configs eagle3,adaptive-goodput
+                      sweep pf25 --acc-len 2.5 --closed 32 --out-len 384 --out-len-min 128 \
+                        --configs plain,eagle3,adaptive-goodput ;;
+            prefillprof) for cfg in ${PREFILLPROF_CONFIGS:-plain eagle3 adaptive-goodput always-plain}; do
+                        extra=(); c=$cfg
+                        [ "$cfg" = always-plain ] && { c=adaptive-threshold; extra=(-- --speculative-disable-batch-threshold 0); }
+                        step "prof-$cfg" python benchmark/profile_decode.py --label "$cfg" --config "$c" \
+                            --acc-len 3.5 --concurrency 64 --num 512 --output-len 384 --output-len-min 128 \
+                            --stream --warmup-s 8 --steps 60 --trace-dir "/tmp/traces/$cfg" "${extra[@]}"
+                      done ;;
             syncfix) gputest hostsync 36000 test/gpu/test_host_sync.py
                       step syncfix35 scripts/hostgap.sh 3.5 64 1 eagle3 adaptive-never-plain adaptive-goodput
                       step syncfix25 scripts/hostgap.sh 2.5 32 1 plain eagle3 adaptive-goodput ;;
