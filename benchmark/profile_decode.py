@@ -28,6 +28,7 @@ made them.
 from __future__ import annotations
 
 import argparse
+import bisect
 import glob
 import gzip
 import json
@@ -35,7 +36,7 @@ import os
 import threading
 import time
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from sglang_adaptive.bench import client, configs
@@ -46,6 +47,21 @@ from sglang_adaptive.testing import Server, generate, make_requests
 def _median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if xs else 0.0
+
+
+def _thread(e):
+    return e.get("pid"), e.get("tid")
+
+
+def _main_thread(events):
+    """The thread that holds most of these events (the scheduler's launching thread)."""
+    return Counter(map(_thread, events)).most_common(1)[0][0]
+
+
+def _interval(starts, ends, ts):
+    """Index of the sorted, disjoint interval [starts[i], ends[i]) holding ``ts``, or None."""
+    i = bisect.bisect_right(starts, ts) - 1
+    return i if i >= 0 and ts < ends[i] else None
 
 
 def summarise(trace_path: str, top: int = 15) -> dict:
@@ -106,21 +122,15 @@ def per_batch(events, kernels, top: int) -> dict:
     wait over 0.1 ms and their total milliseconds over all iterations of the kind; and
     the SGLang functions that took the most host time per iteration (inclusive, mean),
     which shows where a host-bound iteration goes."""
-    import bisect
-
     py = [e for e in events if e.get("cat") == "python_function" and "dur" in e]
     runs = [e for e in py if e["name"].endswith(": run_batch") and "scheduler" in e["name"]]
     if not runs:
         return {}
-    tid = max({(e.get("pid"), e.get("tid")) for e in runs},
-              key=lambda k: sum(1 for e in runs if (e.get("pid"), e.get("tid")) == k))
-    same = lambda e: (e.get("pid"), e.get("tid")) == tid  # noqa: E731
+    tid = _main_thread(runs)
+    same = lambda e: _thread(e) == tid  # noqa: E731
     runs = sorted((e for e in runs if same(e)), key=lambda e: e["ts"])
-    starts = [e["ts"] for e in runs]
-
-    def owner(e):
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        return i if 0 <= i and e["ts"] < runs[i]["ts"] + runs[i]["dur"] else None
+    starts, ends = [e["ts"] for e in runs], [e["ts"] + e["dur"] for e in runs]
+    owner = lambda e: _interval(starts, ends, e["ts"])  # noqa: E731
 
     inside = defaultdict(list)
     for e in py:
@@ -180,31 +190,24 @@ def per_step(events, launch_events, kernels, top: int) -> dict:
     Steps longer than twice the median (prefills in between) are left out."""
     if len(launch_events) < 3:
         return {}
-    tids = defaultdict(int)
-    for e in launch_events:
-        tids[(e.get("pid"), e.get("tid"))] += 1
-    main = max(tids, key=tids.get)
-    launches = sorted(e["ts"] for e in launch_events if (e.get("pid"), e.get("tid")) == main)
+    main = _main_thread(launch_events)
+    launches = sorted(e["ts"] for e in launch_events if _thread(e) == main)
     steps = list(zip(launches, launches[1:]))
     med = _median([b - a for a, b in steps])
     steps = [(a, b) for a, b in steps if b - a <= 2 * med]
-    host = [e for e in events if (e.get("pid"), e.get("tid")) == main and "dur" in e
+    host = [e for e in events if _thread(e) == main and "dur" in e
             and e.get("cat") in ("cuda_runtime", "cpu_op", "cuda_driver")]
     by_step = [defaultdict(float) for _ in steps]
     counts = [defaultdict(int) for _ in steps]
     gpu = [0.0] * len(steps)
-    starts = [a for a, _ in steps]
-    import bisect
-
+    starts, ends = [a for a, _ in steps], [b for _, b in steps]
     for e in host:
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        if 0 <= i < len(steps) and e["ts"] < steps[i][1]:
+        if (i := _interval(starts, ends, e["ts"])) is not None:
             key = f"{e['cat']}:{e['name'][:80]}"
             by_step[i][key] += e["dur"]
             counts[i][key] += 1
     for e in kernels:
-        i = bisect.bisect_right(starts, e["ts"]) - 1
-        if 0 <= i < len(steps) and e["ts"] < steps[i][1]:
+        if (i := _interval(starts, ends, e["ts"])) is not None:
             gpu[i] += e["dur"]
     names = {k for d in by_step for k in d}
     med_time = {k: _median([d.get(k, 0.0) for d in by_step]) for k in names}
