@@ -197,9 +197,23 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a speculative step would be priced with a plain step's prefills, a third of what "
                "follows it at 3.5 tokens a step: speculation looks 30% ahead where it leads by 4%"),
     Mutant("goodput-prefill-time-of-the-other-mode-first", "policy.py",
-           "        if self.costs[own]:\n", "        if self.costs[own] and not self.costs[other]:\n",
+           "        if self._measured_near(self.costs[own], batch_size):\n",
+           "        if self._measured_near(self.costs[own], batch_size) and not self.costs[other]:\n",
            (U + "test_goodput.py",),
            why="a mode's own prefill cost would never count once the other mode had one"),
+    Mutant("goodput-prefill-price-read-from-any-batch-size", "policy.py",
+           "        if self._measured_near(self.costs[own], batch_size):\n",
+           "        if self.costs[own]:\n",
+           (U + "test_goodput.py",),
+           why="8B pair, acceptance 3.5, fixed lengths: speculation's prefill price at batch 1-2 (38 ms "
+               "after a 7 ms step) read flat at batch 64, where its 26 ms step hides much of it"),
+    Mutant("goodput-prefill-price-derived-from-any-batch-size", "policy.py",
+           "        if self._measured_near(self.costs[other], batch_size):\n",
+           "        if self.costs[other]:\n",
+           (U + "test_goodput.py",),
+           why="8B pair, acceptance 3.5, fixed lengths: plain's prefill price derived from speculation's "
+               "at batch 1-2 put speculation 36% ahead at batch 64 (a prefill after every fifth plain "
+               "step), where no-spec led static EAGLE-3 by 6%"),
     Mutant("goodput-prefill-price-borrowed-as-it-stands", "policy.py",
            "costs.lookup(self.costs[other], batch_size) + t_other - t_own)",
            "costs.lookup(self.costs[other], batch_size))",

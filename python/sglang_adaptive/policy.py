@@ -403,15 +403,23 @@ class GoodputPolicy(ModePolicy):
         stands: on the 8B pair (acceptance 3.5, batch 64) a prefill's eager forward took
         about 36 ms of host time for 7.5 ms of GPU time, and added 42.8 ms after a 6.4 ms
         plain step but 13.8 ms after a 24.6 ms speculative one; priced at plain's,
-        speculation looked 5% ahead instead of 30%."""
+        speculation looked 5% ahead instead of 30%.
+
+        A price counts only where it was measured near ``batch_size`` (as the step
+        times must be), else prefills count in neither mode: with fixed output lengths
+        a refill's prefills come between decode steps that are seldom back to back, so
+        on the 8B pair at acceptance 3.5 the only prices were speculation's at batch 1-2
+        (32-38 ms, after a 7 ms step). Read flat at batch 64, with a prefill batch after
+        every fifth plain step, they put speculation 36% ahead where no-spec led static
+        EAGLE-3 by 6%."""
         n = self.prefills.per_step(tokens)
         if not n:
             return 0.0
         own, other = (costs.SPEC_PREFILL, costs.PLAIN_PREFILL) if speculative else (
             costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
-        if self.costs[own]:
+        if self._measured_near(self.costs[own], batch_size):
             return n * max(0.0, costs.lookup(self.costs[own], batch_size))
-        if self.costs[other]:
+        if self._measured_near(self.costs[other], batch_size):
             return n * max(0.0, costs.lookup(self.costs[other], batch_size) + t_other - t_own)
         return 0.0
 

@@ -765,6 +765,33 @@ def test_a_mode_without_a_prefill_price_takes_the_other_modes_less_what_its_long
     assert policy._prefill_time(64, 224, True, 24.22e-3, 6.26e-3) == pytest.approx(per_spec_step * 19.0e-3)
 
 
+def test_a_prefill_price_counts_only_near_the_batch_it_was_measured_at():
+    """The 8B pair at acceptance 3.5 with fixed output lengths (2026-12-04 goodput sweep):
+    the goodput server's last table held speculation's prefill price at batch 1-2 only
+    (32-38 ms, after a 7 ms step) and none for plain. Read flat at batch 64 and derived
+    for plain (38 + 26 - 7 ms), with a prefill batch after every fifth plain step, it put
+    speculation 36% ahead where plain leads by decode steps (6.83 ms a token against
+    26.0 / 3.46) and no-spec led static EAGLE-3 by 6%."""
+    policy = GoodputPolicy(K)
+    tables = table(plain={1: 4.79, 4: 4.81, 32: 5.29, 48: 5.72, 64: 6.83, 128: 7.48},
+                   spec={1: 6.92, 2: 7.00, 4: 7.10, 8: 8.39, 16: 10.89, 32: 15.82, 64: 26.00, 128: 39.67})
+    for i in range(40):
+        policy.acceptance.update([2, 3] * 32, i)
+    put(policy, _speculating=False, _launched=40)
+    for i in range(1000):  # a prefill batch after every fifth plain step
+        policy.on_prefills(int(i % 5 == 4), False, 64)
+    policy.set_costs({**tables, costs.SPEC_PREFILL: {1: 32.22e-3, 2: 37.77e-3}})
+    assert policy._prefill_time(64, 224, True, 26.0e-3, 6.83e-3) == 0.0
+    assert policy._prefill_time(64, 64, False, 6.83e-3, 26.0e-3) == 0.0
+    assert policy._decide(64) == (False, "goodput"), "decode steps alone: plain 9% ahead"
+    assert policy._prefill_time(2, 7, True, 7.0e-3, 4.8e-3) > 0, "it still counts where it was measured"
+    # The same price measured at batch 32, within a factor of two of 64, counts there.
+    policy.set_costs({**tables, costs.SPEC_PREFILL: {32: 37.77e-3}})
+    assert policy._prefill_time(64, 224, True, 26.0e-3, 6.83e-3) > 0
+    assert policy._prefill_time(64, 64, False, 6.83e-3, 26.0e-3) > 0
+    assert policy._decide(64) == (True, "goodput")
+
+
 def test_a_batch_well_below_every_measured_speculative_batch_explores_speculation():
     """Read flat from above, a speculative time is an upper bound that can rule out every
     probe (8B pair: 50 ms at 128 for a batch of 64 that takes 21.6)."""
