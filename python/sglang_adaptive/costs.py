@@ -24,6 +24,20 @@ for 3.5 tokens) and lost end to end by 6.6%, as it ran a prefill batch (about 19
 after every fifth step for 64 tokens and speculation one after every second for 224
 (``policy.PrefillRate``).
 
+A decode step also grows with the context its batch attends to, and not alike in the
+two modes: on the 8B pair with triton attention (in/out 256, decode log windows of
+no-spec and static EAGLE-3 at batch 16-128, ``2026-12-05-h200-goodput-misses``) a plain
+step gains about 0.05 us per token of context in the batch, a speculative one about
+0.5 us (verify over four positions, three draft passes): at batch 64 a speculative
+step takes 21.7 ms at 300 tokens a request and 27.6 ms at 500, a plain one 6.2 and 6.8.
+So the same speculation that pays at the start of a wave loses by its end, and a time
+filed at one context misprices another. Each decode mode therefore fits one slope,
+seconds per token of context (``ContextSlope``: it is about the same at every batch
+size), and the table keeps each bucket's median step time less the slope times the
+context it ran at, i.e. at no context; ``PER_TOKEN`` holds the slopes. A reader adds
+the slope times its own batch's context back (``step_time``, the policy's ``_predict``).
+With no spread of contexts seen yet the slope is 0 and the table is the plain median.
+
 Each rank measures its own; the policy only ever sees the table rank 0 shared with
 every rank (``AdaptiveModeController.sync``), so all ranks decide alike.
 """
@@ -37,6 +51,8 @@ from statistics import median
 PLAIN, SPEC, PROBE = "plain", "spec", "probe"
 PLAIN_PREFILL, SPEC_PREFILL = "plain_prefill", "spec_prefill"
 MODES = (PLAIN, SPEC, PROBE, PLAIN_PREFILL, SPEC_PREFILL)
+# The table's entry {PLAIN: seconds, SPEC: seconds} per token of context in a batch.
+PER_TOKEN = "per_context_token"
 WINDOW = 31  # samples kept per (mode, bucket); the median ignores the odd slow one
 MIN_SAMPLES = 4
 
@@ -46,15 +62,67 @@ def bucket(batch_size: int) -> int:
     return batch_size if batch_size <= 8 else -(-batch_size // 8) * 8
 
 
+class ContextSlope:
+    """Seconds a decode step of one mode gains per token of context in its batch.
+
+    Each step is compared with the running means (context, seconds) of the earlier
+    steps of its own batch size (not its bucket: a larger batch holds more context and
+    more requests, and the requests' own cost would pass for the context's). Where the
+    context has grown since (dx > 0), dy / dx is one estimate of the slope; the slope is
+    their median weighted by dx over the last ``window`` of them. Only growth counts:
+    where the context falls (a refill of fresh prompts) the steps around it are the
+    ones a prefill disturbs, and a step's deviation is independent of whether its
+    context rose, so leaving those out biases nothing. The median leaves a stall (a log
+    write, a sync) without effect on the slope, and the means move by at most a quarter
+    of a step per step. Never below 0; 0 before ``min_samples`` estimates.
+    """
+
+    def __init__(self, window: int = 256, mean_half_life: float = 16.0, min_samples: int = 32):
+        self._alpha = 1.0 - 0.5 ** (1.0 / mean_half_life)
+        self.min_samples = min_samples
+        self._means: dict[int, list[float]] = {}  # batch size -> [context, seconds]
+        self._estimates: deque = deque(maxlen=window)  # (dy / dx, dx)
+
+    def add(self, batch_size: int, context: float, seconds: float) -> None:
+        means = self._means.get(batch_size)
+        if means is None:
+            self._means[batch_size] = [float(context), seconds]
+            return
+        dx, dy = context - means[0], seconds - means[1]
+        if dx > 0:
+            self._estimates.append((dy / dx, dx))
+        means[0] += self._alpha * dx
+        means[1] += self._alpha * min(max(dy, -means[1] / 4), means[1] / 4)
+
+    def slope(self) -> float:
+        if len(self._estimates) < self.min_samples:
+            return 0.0
+        ranked = sorted(self._estimates)
+        half, acc = sum(dx for _, dx in ranked) / 2, 0.0
+        for ratio, dx in ranked:
+            acc += dx
+            if acc >= half:
+                return max(0.0, ratio)
+        return 0.0  # not reached: the weights sum to twice half
+
+
 class StepCosts:
-    """Local samples -> {mode: {bucket: median seconds}}."""
+    """Local samples -> {mode: {bucket: median seconds}}; decode modes' at no context,
+    with their slopes under ``PER_TOKEN`` (module doc)."""
 
     def __init__(self, window: int = WINDOW, min_samples: int = MIN_SAMPLES):
         self.window, self.min_samples = window, min_samples
         self._samples: dict[tuple[str, int], deque] = {}
+        # The context (tokens in the batch) of each decode sample, in _samples' order.
+        self._contexts: dict[tuple[str, int], deque] = {}
+        self.slopes = {PLAIN: ContextSlope(), SPEC: ContextSlope()}
 
-    def add(self, speculative: bool, batch_size: int, seconds: float) -> None:
-        self._add(SPEC if speculative else PLAIN, batch_size, seconds)
+    def add(self, speculative: bool, batch_size: int, seconds: float, context: int = 0) -> None:
+        mode = SPEC if speculative else PLAIN
+        self.slopes[mode].add(batch_size, context, seconds)
+        self._add(mode, batch_size, seconds)
+        key = (mode, bucket(batch_size))
+        self._contexts.setdefault(key, deque(maxlen=self.window)).append(context)
 
     def add_probe(self, batch_size: int, seconds: float) -> None:
         """The three intervals around a lone speculative step (see the module doc)."""
@@ -64,11 +132,20 @@ class StepCosts:
         """What one prefill batch between decode steps of that mode added (module doc)."""
         self._add(SPEC_PREFILL if speculative else PLAIN_PREFILL, batch_size, seconds)
 
-    def median(self, speculative: bool, batch_size: int) -> float | None:
-        """The local median decode step time of a mode at a batch size's bucket, None
-        below ``min_samples``."""
-        samples = self._samples.get((SPEC if speculative else PLAIN, bucket(batch_size)))
-        return median(samples) if samples is not None and len(samples) >= self.min_samples else None
+    def step_time(self, speculative: bool, batch_size: int, context: int = 0) -> float | None:
+        """The local median decode step time of a mode at a batch size's bucket and
+        ``context`` tokens, None below ``min_samples``."""
+        mode = SPEC if speculative else PLAIN
+        at_none = self._at_no_context(mode, bucket(batch_size), self.slopes[mode].slope())
+        return None if at_none is None else at_none + self.slopes[mode].slope() * context
+
+    def _at_no_context(self, mode: str, bucket_: int, slope: float) -> float | None:
+        samples = self._samples.get((mode, bucket_))
+        if samples is None or len(samples) < self.min_samples:
+            return None
+        if not slope:
+            return median(samples)
+        return median(t - slope * x for t, x in zip(samples, self._contexts[(mode, bucket_)]))
 
     def _add(self, mode: str, batch_size: int, seconds: float) -> None:
         self._samples.setdefault((mode, bucket(batch_size)), deque(maxlen=self.window)).append(seconds)
@@ -76,12 +153,16 @@ class StepCosts:
     def forget(self, mode: str, bucket_: int) -> None:
         """Drop one bucket's samples (a re-measurement starts afresh)."""
         self._samples.pop((mode, bucket_), None)
+        self._contexts.pop((mode, bucket_), None)
 
-    def table(self) -> dict[str, dict[int, float]]:
-        out: dict[str, dict[int, float]] = {mode: {} for mode in MODES}
-        for (mode, b), samples in self._samples.items():
-            if len(samples) >= self.min_samples:
-                out[mode][b] = median(samples)
+    def table(self) -> dict[str, dict]:
+        slopes = {mode: slope.slope() for mode, slope in self.slopes.items()}
+        out: dict[str, dict] = {mode: {} for mode in MODES}
+        for mode, b in self._samples:
+            t = self._at_no_context(mode, b, slopes.get(mode, 0.0))
+            if t is not None:
+                out[mode][b] = t
+        out[PER_TOKEN] = slopes
         return out
 
 

@@ -1,16 +1,16 @@
 """Per-decode-batch mode policies: speculate (EAGLE draft + verify) or run plain decode.
 
-Pure Python on purpose: no torch, no SGLang. A policy is asked ``speculate(bs)`` for
-a candidate decode batch and told ``on_launch(speculative, bs)`` once the scheduler has
-committed to a mode. ``speculate`` must be a pure function of the policy state and
-its arguments: the scheduler asks several times per step (memory check, each
-retraction candidate, final prepare) and every answer for the same batch size must
-agree, or the KV reserve that was checked differs from the one allocated. The
-state only moves in ``on_launch``.
+Pure Python on purpose: no torch, no SGLang. A policy is asked ``speculate(bs, ctx)``
+for a candidate decode batch (ctx: tokens of context its requests hold) and told
+``on_launch(speculative, bs, ctx)`` once the scheduler has committed to a mode.
+``speculate`` must be a pure function of the policy state and its arguments: the
+scheduler asks several times per step (memory check, each retraction candidate, final
+prepare) and every answer for the same batch must agree, or the KV reserve that was
+checked differs from the one allocated. The state only moves in ``on_launch``.
 
 Every TP rank runs its own scheduler and policy; the inputs used here (batch size,
-number of launched steps, verify results) are identical on all ranks, so the ranks
-agree without communication. Timings are not: the goodput policy only reads the
+context, number of launched steps, verify results) are identical on all ranks, so the
+ranks agree without communication. Timings are not: the goodput policy only reads the
 step-cost table rank 0 shares with every rank (``set_costs``).
 """
 
@@ -48,10 +48,11 @@ class ModePolicy:
     # across TP ranks on a schedule; other policies need no collective).
     uses_costs = False
 
-    def speculate(self, batch_size: int) -> bool:
+    def speculate(self, batch_size: int, context: int = 0) -> bool:
+        """``context``: tokens of context the batch's requests hold, all together."""
         return True
 
-    def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
+    def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
         pass
 
     def sync_due(self) -> bool:
@@ -92,7 +93,7 @@ class ThresholdPolicy(ModePolicy):
             raise ValueError(f"threshold must be >= 0, got {threshold}")
         self.threshold = threshold
 
-    def speculate(self, batch_size: int) -> bool:
+    def speculate(self, batch_size: int, context: int = 0) -> bool:
         return batch_size <= self.threshold
 
     def describe(self) -> str:
@@ -114,10 +115,10 @@ class AlternatePolicy(ModePolicy):
         self.period = period
         self._launched = 0
 
-    def speculate(self, batch_size: int) -> bool:
+    def speculate(self, batch_size: int, context: int = 0) -> bool:
         return (self._launched // self.period) % 2 == 0
 
-    def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
+    def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
         self._launched += 1
 
     def describe(self) -> str:
@@ -258,9 +259,12 @@ class Prediction:
 class GoodputPolicy(ModePolicy):
     """Per batch, the mode with the higher predicted output tokens per second.
 
-    Predicted per request: plain 1 / T_plain(bs); speculative E / T_spec(bs), with
-    E the expected tokens per speculative step (``AcceptanceEstimator``) and T the
-    step times of the shared cost table (``costs``), each plus the prefill batches
+    Predicted per request: plain 1 / T_plain(bs, ctx); speculative E / T_spec(bs, ctx),
+    with E the expected tokens per speculative step (``AcceptanceEstimator``) and T the
+    step times of the shared cost table (``costs``) at the batch's context ctx (tokens
+    of all its requests: a speculative step grows about ten times as fast with it as a
+    plain one on the 8B pair, so at batch 64 speculation that pays at the start of a
+    wave of 256-token prompts loses by its end), each plus the prefill batches
     expected after such a step (``PrefillRate``, more after a step that makes more
     tokens) times what a prefill batch adds in that mode (the table's ``*_prefill``;
     where one has none yet, the other mode's shifted by the step-time difference, as a
@@ -361,12 +365,14 @@ class GoodputPolicy(ModePolicy):
         # Answers by batch size for the current state: the scheduler asks three or four
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
         # step) each full answer (~5 us) counts. Emptied wherever the state moves.
-        self._answers: dict[int, tuple[bool, str]] = {}
+        self._answers: dict[tuple[int, int], tuple[bool, str]] = {}
         self.set_costs({})  # self.costs and what derives from it: no step time yet
 
     def set_costs(self, table: dict) -> None:
         self._explore_left = 0  # what it explored may be in; if not, the next step explores again
         self.costs = {mode: dict(table.get(mode, {})) for mode in costs.MODES}
+        # Seconds a decode step gains per token of context in its batch (costs.ContextSlope).
+        self.per_token = dict(table.get(costs.PER_TOKEN, {}))
         # Per table, not per answer: the stale checks run at every speculative step.
         self._slower = {mode: self._slower_than_larger(self.costs[mode]) for mode in (costs.PLAIN, costs.SPEC)}
         self._answers.clear()
@@ -423,10 +429,10 @@ class GoodputPolicy(ModePolicy):
             return n * max(0.0, costs.lookup(self.costs[other], batch_size) + t_other - t_own)
         return 0.0
 
-    def on_launch(self, speculative: bool, batch_size: int = 1) -> None:
-        # The scheduler asked speculate(batch_size) for this batch just before, with
-        # the same state: _decide tells why it answered as it did.
-        decided, why = self._decide(batch_size)
+    def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
+        # The scheduler asked speculate(batch_size, context) for this batch just before,
+        # with the same state: _decide tells why it answered as it did.
+        decided, why = self._decide(batch_size, context)
         self._answers.clear()
         self._launched += 1
         continuing, self._may_extend = self._may_extend, False
@@ -498,10 +504,10 @@ class GoodputPolicy(ModePolicy):
         return (self._measured_near(spec, batch_size) and batch_size <= self.SPEC_REACH * max(spec)
                 and costs.bucket(batch_size) * self.SPEC_REACH >= min(spec))
 
-    def _decide(self, batch_size: int) -> tuple[bool, str]:
-        answer = self._answers.get(batch_size)
+    def _decide(self, batch_size: int, context: int = 0) -> tuple[bool, str]:
+        answer = self._answers.get((batch_size, context))
         if answer is None:
-            answer = self._answers[batch_size] = self._answer(batch_size)
+            answer = self._answers[batch_size, context] = self._answer(batch_size, context)
         return answer
 
     def _stale_spec(self, batch_size: int) -> bool:
@@ -518,7 +524,7 @@ class GoodputPolicy(ModePolicy):
         b = costs.bucket(batch_size)
         return b not in steady and b in self._slower[mode]
 
-    def _answer(self, batch_size: int) -> tuple[bool, str]:
+    def _answer(self, batch_size: int, context: int) -> tuple[bool, str]:
         if self._refresh_left:
             return self._refresh_spec, "refresh"
         if self._explore_left:
@@ -527,7 +533,7 @@ class GoodputPolicy(ModePolicy):
             return True, "explore"
         if not self._measured_near(self.costs[costs.PLAIN], batch_size):
             return False, "explore"
-        p = self._predict(batch_size)
+        p = self._predict(batch_size, context)
         plain, spec = p.plain, p.spec
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
@@ -560,11 +566,13 @@ class GoodputPolicy(ModePolicy):
             return True, "refresh" if close or self._stale_spec(batch_size) else "probe"
         return False, "goodput"
 
-    def _predict(self, batch_size: int) -> Prediction:
+    def _predict(self, batch_size: int, context: int = 0) -> Prediction:
         """Output tokens per second and request, with both modes' step times measured
-        near ``batch_size``."""
-        t_plain = costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
-        t_spec = costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
+        near ``batch_size``, at ``context`` tokens in the batch."""
+        t_plain = (costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
+                   + self.per_token.get(costs.PLAIN, 0.0) * context)
+        t_spec = (costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
+                  + self.per_token.get(costs.SPEC, 0.0) * context)
 
         def spec_rate(tokens: float) -> float:  # tokens a step over its time, prefills after it included
             prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain)
@@ -577,8 +585,8 @@ class GoodputPolicy(ModePolicy):
             spec=spec_rate(expected), sure=spec_rate(expected - self.acceptance.standard_error()),
             best=spec_rate(self.acceptance.k + 1.0))
 
-    def speculate(self, batch_size: int) -> bool:
-        return self._decide(batch_size)[0]
+    def speculate(self, batch_size: int, context: int = 0) -> bool:
+        return self._decide(batch_size, context)[0]
 
     def describe(self) -> str:
         return (f"goodput(measured step costs, acceptance over {self.acceptance.k} draft positions, "

@@ -47,8 +47,9 @@ def around_get_alloc_reserve_per_decode(original, server_args=None):
 
 def around_check_decode_mem(original, self, selected_indices=None):
     controller = ctl.current()
-    n = len(self.reqs) if selected_indices is None else len(selected_indices)
-    speculative = controller.speculate(n, self.has_grammar)
+    # A retraction candidate set is checked as the batch it would leave.
+    reqs = self.reqs if selected_indices is None else [self.reqs[i] for i in selected_indices]
+    speculative = controller.speculate(len(reqs), self.has_grammar, controller.context(reqs))
     with _reserve(controller.kv_reserve(speculative, self.enable_overlap)):
         return original(self, selected_indices)
 
@@ -57,11 +58,12 @@ def around_prepare_for_decode(original, self):
     if self.spec_algorithm.is_none():
         return original(self)
     controller = ctl.current()
-    speculative = controller.speculate(len(self.reqs), self.has_grammar)
+    context = controller.context(self.reqs)
+    speculative = controller.speculate(len(self.reqs), self.has_grammar, context)
     setattr(self, ctl.BATCH_FLAG, speculative)
     with _reserve(controller.kv_reserve(speculative, self.enable_overlap)):
         original(self)
-    controller.on_prepare(speculative, len(self.reqs), self.forward_iter)
+    controller.on_prepare(speculative, len(self.reqs), self.forward_iter, context)
     if not speculative:
         controller.audit_kv(self.reqs)
 

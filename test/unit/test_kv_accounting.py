@@ -23,14 +23,18 @@ NUM_DRAFT_TOKENS = 4  # --speculative-num-steps 3, topk 1
 class ScriptedPolicy(ModePolicy):
     """Random but reproducible modes; pure between launches like every policy."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, uses_costs=False):
         self.rng = random.Random(seed)
         self.next = True
+        self.uses_costs = uses_costs  # a policy that reads the step costs is given the context
+        self.asked, self.launched = [], []
 
-    def speculate(self, batch_size):
+    def speculate(self, batch_size, context=0):
+        self.asked.append((batch_size, context))
         return self.next
 
-    def on_launch(self, speculative, batch_size=1):
+    def on_launch(self, speculative, batch_size=1, context=0):
+        self.launched.append((batch_size, context))
         self.next = self.rng.random() < 0.5
 
 
@@ -128,6 +132,33 @@ def test_always_plain_keeps_at_most_two_slots_ahead(make_batch, overlap, reserve
         assert req.kv.kv_allocated_len - req.kv_committed_len <= reserve
     # One new slot per request per step, as a non-speculative server allocates.
     assert allocated["tokens"] == 8 * 30
+
+
+def test_the_memory_check_retraction_and_prepare_ask_with_the_context_of_the_batch_they_check(make_batch):
+    """A step's cost grows with the tokens of context its batch holds, and the answers
+    for one batch must agree: every ask of a step sees its committed lengths."""
+    batch, _ = make_batch(5, overlap=True)
+    for i, req in enumerate(batch.reqs):
+        req.kv_committed_len = req.kv.kv_allocated_len = 100 + 37 * i
+    policy = ScriptedPolicy(0, uses_costs=True)
+    ctl.install(ctl.AdaptiveModeController(policy, spec_width=NUM_DRAFT_TOKENS))
+    rng = random.Random(0)
+    for _ in range(12):
+        context = sum(r.kv_committed_len for r in batch.reqs)
+        policy.asked.clear()
+        assert batch.check_decode_mem()
+        batch.prepare_for_decode()
+        assert policy.asked == [(5, context)] * 2 and policy.launched[-1] == (5, context)
+        for req in batch.reqs:  # the step's result, processed
+            req.kv_committed_len += rng.randint(1, NUM_DRAFT_TOKENS)
+    policy.asked.clear()
+    batch.check_decode_mem(selected_indices=[0, 2])
+    assert policy.asked == [(2, batch.reqs[0].kv_committed_len + batch.reqs[2].kv_committed_len)]
+    # Where nothing reads the step costs, no request is summed.
+    plain_policy = ScriptedPolicy(0)
+    ctl.install(ctl.AdaptiveModeController(plain_policy, spec_width=NUM_DRAFT_TOKENS))
+    batch.check_decode_mem()
+    assert plain_policy.asked == [(5, 0)]
 
 
 def test_memory_check_uses_the_mode_reserve(make_batch):
