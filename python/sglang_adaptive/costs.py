@@ -65,34 +65,31 @@ def bucket(batch_size: int) -> int:
 class ContextSlope:
     """Seconds a decode step of one mode gains per token of context in its batch.
 
-    Each step is compared with the running means (context, seconds) of the earlier
-    steps of its own batch size (not its bucket: a larger batch holds more context and
-    more requests, and the requests' own cost would pass for the context's). Where the
-    context has grown since (dx > 0), dy / dx is one estimate of the slope; the slope is
-    their median weighted by dx over the last ``window`` of them. Only growth counts:
-    where the context falls (a refill of fresh prompts) the steps around it are the
-    ones a prefill disturbs, and a step's deviation is independent of whether its
-    context rose, so leaving those out biases nothing. The median leaves a stall (a log
-    write, a sync) without effect on the slope, and the means move by at most a quarter
-    of a step per step. Never below 0; 0 before ``min_samples`` estimates.
+    Each step is compared with the step ``lag`` steps of its own batch size before it
+    (not of its bucket: a larger batch holds more context and more requests, and the
+    requests' own cost would pass for the context's). Where the context has grown
+    since (dx > 0), dy / dx is one estimate of the slope; the slope is their median
+    weighted by dx over the last ``window`` of them. Only growth counts: where the
+    context falls, a refill's prompts have just been prefilled, and the steps a prefill
+    disturbs are the ones right after it; a step's own noise does not depend on whether
+    its context rose, so leaving those pairs out biases nothing. A stall (a log write, a
+    sync) spoils the two pairs it is in, which the median leaves aside; running means
+    would carry it on. Never below 0; 0 before ``min_samples`` estimates.
     """
 
-    def __init__(self, window: int = 256, mean_half_life: float = 16.0, min_samples: int = 32):
-        self._alpha = 1.0 - 0.5 ** (1.0 / mean_half_life)
-        self.min_samples = min_samples
-        self._means: dict[int, list[float]] = {}  # batch size -> [context, seconds]
+    def __init__(self, window: int = 512, lag: int = 32, min_samples: int = 32):
+        self.lag, self.min_samples = lag, min_samples
+        self._recent: dict[int, deque] = {}  # batch size -> its last ``lag`` (context, seconds)
         self._estimates: deque = deque(maxlen=window)  # (dy / dx, dx)
 
     def add(self, batch_size: int, context: float, seconds: float) -> None:
-        means = self._means.get(batch_size)
-        if means is None:
-            self._means[batch_size] = [float(context), seconds]
-            return
-        dx, dy = context - means[0], seconds - means[1]
-        if dx > 0:
-            self._estimates.append((dy / dx, dx))
-        means[0] += self._alpha * dx
-        means[1] += self._alpha * min(max(dy, -means[1] / 4), means[1] / 4)
+        recent = self._recent.get(batch_size)
+        if recent is None:
+            recent = self._recent[batch_size] = deque(maxlen=self.lag)
+        elif context > recent[0][0]:
+            dx = context - recent[0][0]
+            self._estimates.append(((seconds - recent[0][1]) / dx, dx))
+        recent.append((context, seconds))
 
     def slope(self) -> float:
         if len(self._estimates) < self.min_samples:

@@ -139,6 +139,97 @@ def test_lookup_interpolates_between_measured_buckets_and_clamps_outside():
     assert costs.lookup({}, 4) is None
 
 
+def waves_of_steps(bs: int, at_no_context: float, per_token: float, *, waves: int = 4, prompt: int = 256,
+                   output: int = 256, tokens_per_step: int = 1, stall_every: int = 0):
+    """(batch size, context, seconds) of the decode steps of closed-loop waves: every
+    request starts at ``prompt`` tokens and ends after ``output`` more, then the wave is
+    replaced. Every ``stall_every``-th step takes three times as long."""
+    n = 0
+    for _ in range(waves):
+        for made in range(0, output, tokens_per_step):
+            context = bs * (prompt + made)
+            n += 1
+            stall = 3.0 if stall_every and n % stall_every == 0 else 1.0
+            yield bs, context, stall * (at_no_context + per_token * context)
+
+
+def test_the_context_slope_is_fitted_per_batch_size_and_stalls_leave_it():
+    """Batches of 30 and 32 share bucket 32, and the two more requests cost 0.5 ms a step
+    of their own: compared across the two sizes, that would pass for context."""
+    c = costs.StepCosts()
+    slope = 0.3e-6
+    for stretch in range(6):
+        bs = 30 if stretch % 2 else 32
+        for b, context, seconds in waves_of_steps(bs, 1e-3 + 0.25e-3 * bs, slope, waves=1, stall_every=17):
+            c.add(True, b, seconds, context)
+    table = c.table()
+    assert table[costs.PER_TOKEN][costs.SPEC] == pytest.approx(slope, rel=0.02)
+    assert table[costs.PER_TOKEN][costs.PLAIN] == 0.0
+    # The bucket's median at no context: its last window holds batch 30's steps.
+    assert table[costs.SPEC][32] == pytest.approx(1e-3 + 0.25e-3 * 30, rel=0.01)
+    assert c.step_time(True, 30, 30 * 400) == pytest.approx(8.5e-3 + slope * 30 * 400, rel=0.01)
+
+
+def test_a_context_slope_needs_its_samples_and_is_never_negative():
+    c = costs.ContextSlope(min_samples=32)
+    steps = list(waves_of_steps(8, 2e-3, 0.5e-6, waves=1))
+    for b, context, seconds in steps[:32]:  # the first step only sets the means
+        c.add(b, context, seconds)
+    assert c.slope() == 0.0
+    c.add(*steps[32])
+    assert c.slope() == pytest.approx(0.5e-6, rel=0.02)
+    shrinking = costs.ContextSlope(min_samples=4)
+    for i in range(20):  # a step that got faster as the context grew
+        shrinking.add(8, 1000 + 100 * i, 5e-3 - 1e-5 * i)
+    assert shrinking.slope() == 0.0
+
+
+def test_the_steps_after_a_refill_do_not_set_the_slope():
+    """Where the context falls, a refill's prompts have just been prefilled and the
+    first decode steps after them are the ones a prefill disturbs (slow here by 30%):
+    only growth counts, and these steps fall."""
+    c = costs.ContextSlope()
+    for wave in range(8):
+        for i, (b, context, seconds) in enumerate(waves_of_steps(64, 10e-3, 0.5e-6, waves=1, tokens_per_step=4)):
+            c.add(b, context, seconds * (1.3 if i < 2 and wave else 1.0))
+    assert c.slope() == pytest.approx(0.5e-6, rel=0.05)
+
+
+def test_the_controller_files_each_step_at_its_batchs_context_and_shares_the_slopes(tmp_path):
+    clock = Clock()
+    path = tmp_path / "costs.json"
+    policy = GoodputPolicy(K)
+    c = ctl.AdaptiveModeController(policy, spec_width=K + 1, sync_every=64, cost_table_path=str(path), clock=clock)
+    it = 0
+    for b, context, seconds in waves_of_steps(16, 4e-3, 0.05e-6, waves=1):
+        it += 1
+        c.on_prepare(False, b, it, context)
+        clock.t += seconds
+    # The interval between two prepares is filed under the batch prepared first.
+    assert list(c.costs._contexts[(costs.PLAIN, 16)])[-1] == 16 * (256 + 253)
+    assert policy.per_token[costs.PLAIN] == pytest.approx(0.05e-6, rel=0.02)
+    assert policy.costs[costs.PLAIN][16] == pytest.approx(4e-3, rel=0.01)
+    doc = json.loads(path.read_text())
+    assert doc["seconds_per_context_token"]["plain"] == pytest.approx(0.05e-6, rel=0.02)
+    assert doc["seconds_per_step"]["plain"]["16"] == pytest.approx(4e-3, rel=0.01)
+    assert ctl.format_costs(c.costs.table()).endswith("; per 1k context tokens plain 0.050, spec 0.000")
+
+
+def test_the_same_batch_size_speculates_at_a_short_context_and_runs_plain_at_a_long_one():
+    """The 8B pair at batch 64, acceptance 3.5 (2026-12-05 decode log windows): a plain
+    step 5.17 ms + 0.05 us per token of context, a speculative one 11.47 ms + 0.5 us.
+    At 260 tokens a request speculation leads by 6%, at 480 plain by 14%."""
+    p = GoodputPolicy(K)
+    p.set_costs({costs.PLAIN: {64: 5.17e-3}, costs.SPEC: {64: 11.47e-3},
+                 costs.PER_TOKEN: {costs.PLAIN: 0.05e-6, costs.SPEC: 0.5e-6}})
+    for i in range(40):  # 3.5 tokens a step: 2 or 3 drafts accepted, alike
+        p.acceptance.update([2 + i % 2] * 64, i)
+    p._speculating = True
+    assert p.speculate(64, 64 * 260) and not p.speculate(64, 64 * 480)
+    p.on_launch(False, 64, 64 * 480)
+    assert not p.speculate(64, 64 * 481), "plain once the context has outgrown speculation"
+
+
 # -- decisions -------------------------------------------------------------------------
 
 
