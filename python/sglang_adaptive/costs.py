@@ -65,42 +65,72 @@ def bucket(batch_size: int) -> int:
 class ContextSlope:
     """Seconds a decode step of one mode gains per token of context in its batch.
 
-    Each step is compared with the step ``lag`` steps of its own batch size before it
-    (not of its bucket: a larger batch holds more context and more requests, and the
-    requests' own cost would pass for the context's). Where the context has grown
-    since (dx > 0), dy / dx is one estimate of the slope; the slope is their median
-    weighted by dx over the last ``window`` of them. Only growth counts: where the
-    context falls, a refill's prompts have just been prefilled, and the steps a prefill
-    disturbs are the ones right after it; a step's own noise does not depend on whether
-    its context rose, so leaving those pairs out biases nothing. A stall (a log write, a
-    sync) spoils the two pairs it is in, which the median leaves aside; running means
-    would carry it on. Never below 0; 0 before ``min_samples`` estimates.
+    Least squares within each batch size (not bucket: a larger batch holds more context
+    and more requests, and the requests' own cost would pass for the context's), pooled
+    over the sizes, on exponentially decayed sums (half-life ``half_life`` steps of this
+    mode). Two guards: a step whose residual from the fit exceeds ``clip`` times the
+    typical residual counts as that much, so a stall (a log write, a sync) weighs little
+    more than a noisy step; and the first ``settle`` steps after its context falls (a
+    refill of fresh prompts, whose prefill disturbs the steps right after it) do not
+    count; a new size's means start at the middle one of its first three steps after
+    those (a server's first steps run slow, and a stall there would set them). Never
+    below 0; 0 until ``min_steps`` (decayed) steps have counted.
     """
 
-    def __init__(self, window: int = 512, lag: int = 32, min_samples: int = 32):
-        self.lag, self.min_samples = lag, min_samples
-        self._recent: dict[int, deque] = {}  # batch size -> its last ``lag`` (context, seconds)
-        self._estimates: deque = deque(maxlen=window)  # (dy / dx, dx)
+    def __init__(self, half_life: float = 1024.0, settle: int = 2, min_steps: float = 32.0, clip: float = 3.0):
+        self._decay = 0.5 ** (1.0 / half_life)
+        self.settle, self.min_steps, self.clip = settle, min_steps, clip
+        self._steps = 0  # of this mode, for each size's decay since its last step
+        # batch size -> [last step, weight, mean context, mean seconds, Cxx, Cxy, last context,
+        # steps still to settle, first steps]
+        self._sizes: dict[int, list] = {}
+        self._slope = 0.0  # as of the last slope(): the fit the residuals are taken from
+        self._spread = self._spread_weight = 0.0  # decayed sum of |residual|, and its weight
 
     def add(self, batch_size: int, context: float, seconds: float) -> None:
-        recent = self._recent.get(batch_size)
-        if recent is None:
-            recent = self._recent[batch_size] = deque(maxlen=self.lag)
-        elif context > recent[0][0]:
-            dx = context - recent[0][0]
-            self._estimates.append(((seconds - recent[0][1]) / dx, dx))
-        recent.append((context, seconds))
+        self._steps += 1
+        g = self._sizes.get(batch_size)
+        if g is None:
+            self._sizes[batch_size] = g = [self._steps, 0.0, 0.0, 0.0, 0.0, 0.0, context, self.settle, []]
+        fell = context < g[6]
+        g[6] = context
+        if fell or g[7]:
+            g[7] = self.settle if fell else g[7] - 1
+            return
+        if not g[1]:  # a new size: its means start at the middle one of its first three steps
+            g[8].append((seconds, float(context)))
+            if len(g[8]) == 3:
+                seconds, x = sorted(g[8])[1]
+                g[0:4] = [self._steps, 1.0, x, seconds]
+            return
+        residual = seconds - g[3] - self._slope * (context - g[2])
+        bound = g[3] / 4  # until the typical residual is known
+        if self._spread_weight >= self.min_steps:
+            bound = min(bound, self.clip * self._spread / self._spread_weight)
+        if abs(residual) > bound:
+            residual = bound if residual > 0 else -bound
+            seconds = g[3] + self._slope * (context - g[2]) + residual
+        self._spread = self._spread * self._decay + abs(residual)
+        self._spread_weight = self._spread_weight * self._decay + 1.0
+        f = self._decay ** (self._steps - g[0])
+        g[0] = self._steps
+        w = g[1] = g[1] * f + 1.0
+        dx, dy = context - g[2], seconds - g[3]
+        g[2] += dx / w
+        g[3] += dy / w
+        g[4] = g[4] * f + dx * (context - g[2])
+        g[5] = g[5] * f + dx * (seconds - g[3])
 
     def slope(self) -> float:
-        if len(self._estimates) < self.min_samples:
-            return 0.0
-        ranked = sorted(self._estimates)
-        half, acc = sum(dx for _, dx in ranked) / 2, 0.0
-        for ratio, dx in ranked:
-            acc += dx
-            if acc >= half:
-                return max(0.0, ratio)
-        return 0.0  # not reached: the weights sum to twice half
+        cxx = cxy = weight = 0.0
+        for g in self._sizes.values():
+            f = self._decay ** (self._steps - g[0])
+            weight += g[1] * f
+            cxx += g[4] * f
+            cxy += g[5] * f
+        if weight >= self.min_steps and cxx > 0.0:
+            self._slope = max(0.0, cxy / cxx)
+        return self._slope if weight >= self.min_steps else 0.0
 
 
 class StepCosts:
