@@ -213,8 +213,7 @@ class AdaptiveModeController(ModeController):
         self.writes_table = writes_table
         self.clock = clock
         # The last six decode prepares (time, speculative, batch size, forward_iter,
-        # context): a
-        # step's interval is filed two prepares after it, a probe's window five.
+        # context): a step's interval is filed two prepares after it, a probe's window five.
         self._recent: deque = deque(maxlen=6)
         self._pending: tuple | None = None  # the last interval, until its neighbour shows it clean
         self._synced_buckets = 0

@@ -62,28 +62,38 @@ def bucket(batch_size: int) -> int:
     return batch_size if batch_size <= 8 else -(-batch_size // 8) * 8
 
 
+class _Size:
+    """One batch size's decayed least-squares sums (``ContextSlope``)."""
+
+    __slots__ = ("step", "weight", "mean_x", "mean_y", "cxx", "cxy", "last_x", "settle", "first")
+
+    def __init__(self, step: int, context: float, settle: int):
+        self.step, self.weight = step, 0.0  # weight 0: its means not started yet
+        self.mean_x = self.mean_y = self.cxx = self.cxy = 0.0
+        self.last_x, self.settle, self.first = context, settle, []
+
+
 class ContextSlope:
     """Seconds a decode step of one mode gains per token of context in its batch.
 
     Least squares within each batch size (not bucket: a larger batch holds more context
     and more requests, and the requests' own cost would pass for the context's), pooled
     over the sizes, on exponentially decayed sums (half-life ``half_life`` steps of this
-    mode). Two guards: a step whose residual from the fit exceeds ``clip`` times the
-    typical residual counts as that much, so a stall (a log write, a sync) weighs little
-    more than a noisy step; and the first ``settle`` steps after its context falls (a
-    refill of fresh prompts, whose prefill disturbs the steps right after it) do not
-    count; a new size's means start at the middle one of its first three steps after
-    those (a server's first steps run slow, and a stall there would set them). Never
-    below 0; 0 until ``min_steps`` (decayed) steps have counted.
+    mode). Three guards: a step whose residual from the fit exceeds ``clip`` times the
+    typical residual (or a quarter of the step, until that is known) counts as that
+    much, so a stall (a log write, a sync) weighs little more than a noisy step; the
+    first ``settle`` steps after its context falls (a refill of fresh prompts, whose
+    prefill disturbs the steps right after it) do not count; and a new size's means
+    start at the middle one of its first three steps after those (a server's first
+    steps run slow, and a stall there would set them). Never below 0; 0 until
+    ``min_steps`` (decayed) steps have counted.
     """
 
     def __init__(self, half_life: float = 1024.0, settle: int = 2, min_steps: float = 32.0, clip: float = 3.0):
         self._decay = 0.5 ** (1.0 / half_life)
         self.settle, self.min_steps, self.clip = settle, min_steps, clip
         self._steps = 0  # of this mode, for each size's decay since its last step
-        # batch size -> [last step, weight, mean context, mean seconds, Cxx, Cxy, last context,
-        # steps still to settle, first steps]
-        self._sizes: dict[int, list] = {}
+        self._sizes: dict[int, _Size] = {}
         self._slope = 0.0  # as of the last slope(): the fit the residuals are taken from
         self._spread = self._spread_weight = 0.0  # decayed sum of |residual|, and its weight
 
@@ -91,46 +101,45 @@ class ContextSlope:
         self._steps += 1
         g = self._sizes.get(batch_size)
         if g is None:
-            self._sizes[batch_size] = g = [self._steps, 0.0, 0.0, 0.0, 0.0, 0.0, context, self.settle, []]
-        fell = context < g[6]
-        g[6] = context
-        if fell or g[7]:
-            g[7] = self.settle if fell else g[7] - 1
+            g = self._sizes[batch_size] = _Size(self._steps, context, self.settle)
+        fell, g.last_x = context < g.last_x, context
+        if fell or g.settle:
+            g.settle = self.settle if fell else g.settle - 1
             return
-        if not g[1]:  # a new size: its means start at the middle one of its first three steps
-            g[8].append((seconds, float(context)))
-            if len(g[8]) == 3:
-                seconds, x = sorted(g[8])[1]
-                g[0:4] = [self._steps, 1.0, x, seconds]
+        if not g.weight:
+            g.first.append((seconds, float(context)))
+            if len(g.first) == 3:
+                g.mean_y, g.mean_x = sorted(g.first)[1]
+                g.step, g.weight = self._steps, 1.0
             return
-        residual = seconds - g[3] - self._slope * (context - g[2])
-        bound = g[3] / 4  # until the typical residual is known
+        fit = g.mean_y + self._slope * (context - g.mean_x)
+        bound = g.mean_y / 4
         if self._spread_weight >= self.min_steps:
             bound = min(bound, self.clip * self._spread / self._spread_weight)
-        if abs(residual) > bound:
-            residual = bound if residual > 0 else -bound
-            seconds = g[3] + self._slope * (context - g[2]) + residual
+        residual = min(max(seconds - fit, -bound), bound)
+        seconds = fit + residual
         self._spread = self._spread * self._decay + abs(residual)
         self._spread_weight = self._spread_weight * self._decay + 1.0
-        f = self._decay ** (self._steps - g[0])
-        g[0] = self._steps
-        w = g[1] = g[1] * f + 1.0
-        dx, dy = context - g[2], seconds - g[3]
-        g[2] += dx / w
-        g[3] += dy / w
-        g[4] = g[4] * f + dx * (context - g[2])
-        g[5] = g[5] * f + dx * (seconds - g[3])
+        f = self._decay ** (self._steps - g.step)
+        g.step, g.weight = self._steps, g.weight * f + 1.0
+        dx, dy = context - g.mean_x, seconds - g.mean_y
+        g.mean_x += dx / g.weight
+        g.mean_y += dy / g.weight
+        g.cxx = g.cxx * f + dx * (context - g.mean_x)
+        g.cxy = g.cxy * f + dx * (seconds - g.mean_y)
 
     def slope(self) -> float:
         cxx = cxy = weight = 0.0
         for g in self._sizes.values():
-            f = self._decay ** (self._steps - g[0])
-            weight += g[1] * f
-            cxx += g[4] * f
-            cxy += g[5] * f
-        if weight >= self.min_steps and cxx > 0.0:
+            f = self._decay ** (self._steps - g.step)
+            weight += g.weight * f
+            cxx += g.cxx * f
+            cxy += g.cxy * f
+        if weight < self.min_steps:
+            return 0.0
+        if cxx > 0.0:
             self._slope = max(0.0, cxy / cxx)
-        return self._slope if weight >= self.min_steps else 0.0
+        return self._slope
 
 
 class StepCosts:
@@ -163,8 +172,9 @@ class StepCosts:
         """The local median decode step time of a mode at a batch size's bucket and
         ``context`` tokens, None below ``min_samples``."""
         mode = SPEC if speculative else PLAIN
-        at_none = self._at_no_context(mode, bucket(batch_size), self.slopes[mode].slope())
-        return None if at_none is None else at_none + self.slopes[mode].slope() * context
+        slope = self.slopes[mode].slope()
+        at_none = self._at_no_context(mode, bucket(batch_size), slope)
+        return None if at_none is None else at_none + slope * context
 
     def _at_no_context(self, mode: str, bucket_: int, slope: float) -> float | None:
         samples = self._samples.get((mode, bucket_))
