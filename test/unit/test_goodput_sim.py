@@ -108,13 +108,11 @@ class Server:
                 made += sum(accepted)
             tokens += made
             seconds = step_time(self.spec if spec else self.plain, bs)
-            if self.waves:
-                seconds += self.waves.per_token[spec] * context
-                if self.waves.advance(made / bs):  # the wave ended: its successors prefill
-                    self._iterate()
-                    self.prefill_batches += 1
-                    self.in_flight.append(self.waves.refill)
-            self.in_flight.append(seconds)
+            self.in_flight.append(seconds + (self.waves.per_token[spec] * context if self.waves else 0.0))
+            if self.waves and self.waves.advance(made / bs):  # the wave ended: its successors prefill
+                self._iterate()
+                self.prefill_batches += 1
+                self.in_flight.append(self.waves.refill)
             self.tokens_per_request += made / bs
             quiet = self.prefill and self.tokens_per_request < (self.prefill[3:] or (0,))[0]
             if self.prefill and not quiet and self.prefill_rng.random() < -math.expm1(-made / self.prefill[0]):
