@@ -68,8 +68,8 @@
 #               about 2 minutes)
 #        goodput35  goodput at simulated acceptance 3.5 beside static EAGLE-3 at c=4 and 64, the two
 #               points of 3.5 that missed 0.98x in goodput1
-#        goodputctx  goodputmiss trimmed to fit a lease that lost starts (~8 min before the tail): 3.5 at
-#               c=64 and 128 (no-spec, static EAGLE-3, goodput, two rounds), goodput at 2.5, c=64 and 1.3,
+#        goodputctx  goodputmiss trimmed to fit a lease that lost starts (~6 min before the tail): 3.5 at
+#               c=64, its crossover (no-spec, static EAGLE-3, goodput, two rounds), goodput at 2.5, c=64 and 1.3,
 #               c=32 and 128 (one round, against 3.5's no-spec rows), then the tiny pair at 1, 8, 64
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
@@ -290,7 +290,7 @@ if [ "$cmd" = start ]; then
             goodputhigh) sweep gh-2.5 --acc-len 2.5 --closed 32,64,128 --configs plain,adaptive-goodput ;;
             goodput13) sweep g13 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
-            goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64,128 --configs plain,eagle3,adaptive-goodput
+            goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput
                       GOODPUT_RPC=16 sweep gx-tiny --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 \
