@@ -71,6 +71,8 @@
 #        goodputctx  goodputmiss trimmed to fit a lease that lost starts (~6 min before the tail): 3.5 at
 #               c=64, its crossover (no-spec, static EAGLE-3, goodput, two rounds), goodput at 2.5, c=64 and 1.3,
 #               c=32 and 128 (one round, against 3.5's no-spec rows), then the tiny pair at 1, 8, 64
+#        goodputctx1  goodputctx's first point on what is left of a lease (~3 min): no-spec and goodput at
+#               3.5, c=64 (static EAGLE-3 made 0.92x no-spec there in every lease so far)
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
 #               at 2.5, c=64 (two rounds each, against 3.5's no-spec rows: no-spec does not read the simulated
@@ -290,6 +292,7 @@ if [ "$cmd" = start ]; then
             goodputhigh) sweep gh-2.5 --acc-len 2.5 --closed 32,64,128 --configs plain,adaptive-goodput ;;
             goodput13) sweep g13 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
+            goodputctx1) sweep gx-3.5 --acc-len 3.5 --closed 64 --configs plain,adaptive-goodput ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput
