@@ -156,15 +156,20 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="after a probe the hysteresis would keep speculating where the modes predict alike"),
     Mutant("goodput-extrapolates-far-above", "policy.py",
-           " and batch_size <= self.SPEC_REACH * max(spec)", "",
+           " and batch_size <= self.REACH * max(spec)", "",
            (U + "test_goodput.py",),
            why="a speculative time extrapolated twice its measured range is never corrected: "
                "while plain only lone probes run, and their intervals are not filed"),
     Mutant("goodput-reads-small-batches-from-far-above", "policy.py",
-           "\n                and costs.bucket(batch_size) * self.SPEC_REACH >= min(spec))", ")",
+           "\n                and costs.bucket(batch_size) * self.REACH >= min(spec))", ")",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="coming down from batch 128 to 64 (8B pair, acceptance 3.5), 128's 50 ms read flat ruled "
                "out every probe where speculation leads by 12%: 0.89x the better mode"),
+    Mutant("goodput-reads-small-plain-batches-from-far-above", "policy.py",
+           " and costs.bucket(batch_size) * self.REACH >= min(plain)", "",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="falling from batch 128 to 64 (8B pair, acceptance 3.5), 128's plain 6.3 ms read flat "
+               "(5.2 measured) kept speculation on for good: 0.95x the better mode"),
     Mutant("goodput-refresh-runs-one-round", "policy.py",
            "    REFRESH_ROUNDS = 4\n", "    REFRESH_ROUNDS = 1\n",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),

@@ -270,14 +270,15 @@ class GoodputPolicy(ModePolicy):
     where one has none yet, the other mode's shifted by the step-time difference, as a
     longer step hides more of a prefill:
     ``_prefill_time``). No hand-set number decides:
-    - a mode without a measured step time near this batch size (within a factor 2;
-      for speculation also at most ``SPEC_REACH`` above its largest measured batch and
-      below its smallest: read flat from batch 128, 50 ms ruled out every probe at 64,
-      where a speculative step takes 21.6 ms and led plain by 12% on the 8B pair)
-      is run, so that it gets one, for ``EXPLORE_SYNC`` steps in a row whatever the
-      batch size does meanwhile (a lone step files no time: at c=8 on the tiny pair,
-      batches of 5 or 7 explored plain alone between speculative batches of 8, 184
-      switches and 22% plain); the controller shares the table after every
+    - a mode without a measured step time near this batch size (within a factor 2, at
+      most ``REACH`` below its smallest measured batch, and for speculation at most
+      ``REACH`` above its largest: read flat from batch 128, 50 ms ruled out every probe
+      at 64, where a speculative step takes 21.6 ms and led plain by 12% on the 8B pair;
+      plain's 6.3 ms there, against 5.2 ms at 64, kept a server whose load fell from 128
+      to 64 speculating at 0.95x, simulated) is run, so that it gets one, for
+      ``EXPLORE_SYNC`` steps in a row whatever the batch size does meanwhile (a lone
+      step files no time: at c=8 on the tiny pair, batches of 5 or 7 explored plain
+      alone between speculative batches of 8, 184 switches and 22% plain); the controller shares the table after every
       ``EXPLORE_SYNC`` such steps instead of waiting for its regular schedule;
     - above the largest measured batch size (up to that reach) a speculative step is
       assumed to grow in proportion to the batch and a plain one along its last
@@ -333,9 +334,10 @@ class GoodputPolicy(ModePolicy):
     # interval is filed two prepares after it starts: MIN_SAMPLES are in the local
     # table at the exploration's MIN_SAMPLES + 3rd step.
     EXPLORE_SYNC = costs.MIN_SAMPLES + 3
-    # How far above its largest measured batch a speculative time is extrapolated
-    # (proportionally, an upper bound) rather than measured by running it.
-    SPEC_REACH = 1.25
+    # How far beyond its measured batch sizes a step time is read rather than measured
+    # by running it: above the largest for speculation (proportionally, an upper bound),
+    # below the smallest for either mode (flat, an upper bound too).
+    REACH = 1.25
     # Speculative steps of a refresh: an exploration's worth, so that the sync after its
     # last step shares MIN_SAMPLES fresh samples.
     REFRESH_STEPS = EXPLORE_SYNC
@@ -501,8 +503,13 @@ class GoodputPolicy(ModePolicy):
 
     def _spec_measured_for(self, batch_size: int) -> bool:
         spec = self.costs[costs.SPEC]
-        return (self._measured_near(spec, batch_size) and batch_size <= self.SPEC_REACH * max(spec)
-                and costs.bucket(batch_size) * self.SPEC_REACH >= min(spec))
+        return (self._measured_near(spec, batch_size) and batch_size <= self.REACH * max(spec)
+                and costs.bucket(batch_size) * self.REACH >= min(spec))
+
+    def _plain_measured_for(self, batch_size: int) -> bool:
+        # Read flat from a larger batch, plain's time is an upper bound (class doc).
+        plain = self.costs[costs.PLAIN]
+        return self._measured_near(plain, batch_size) and costs.bucket(batch_size) * self.REACH >= min(plain)
 
     def _decide(self, batch_size: int, context: int = 0) -> tuple[bool, str]:
         answer = self._answers.get((batch_size, context))
@@ -531,7 +538,7 @@ class GoodputPolicy(ModePolicy):
             return bool(self._speculating), "explore"
         if not self._spec_measured_for(batch_size):
             return True, "explore"
-        if not self._measured_near(self.costs[costs.PLAIN], batch_size):
+        if not self._plain_measured_for(batch_size):
             return False, "explore"
         p = self._predict(batch_size, context)
         plain, spec = p.plain, p.spec

@@ -916,7 +916,22 @@ def test_a_batch_well_below_every_measured_speculative_batch_explores_speculatio
     policy.set_costs(table(plain={64: 6.91, 128: 8.27}, spec={128: 50.2}))
     put(policy, _speculating=False)
     assert policy._decide(64) == (True, "explore")
-    assert policy._decide(104)[1] != "explore", "within SPEC_REACH of 128: read from it"
+    assert policy._decide(104)[1] != "explore", "within REACH of 128: read from it"
+    policy.set_costs(table(plain={64: 6.91, 128: 8.27}, spec={64: 21.6, 128: 50.2}))
+    assert policy._decide(64)[1] != "explore"
+
+
+def test_a_batch_well_below_every_measured_plain_batch_explores_plain():
+    """Read flat from above, a plain time is an upper bound too (8B pair: 6.31 ms at 128,
+    read for a batch of 64 that takes 5.17), and one that can favour speculation: a
+    server whose load fell from 128 to 64 speculated there for good (simulated, 0.95x)."""
+    policy = GoodputPolicy(K)
+    for i in range(40):
+        policy.acceptance.update([2, 3] * 32, i)
+    put(policy, _speculating=True, _launched=40)
+    policy.set_costs(table(plain={128: 8.27}, spec={64: 21.6, 128: 50.2}))
+    assert policy._decide(64) == (False, "explore")
+    assert policy._decide(104)[1] != "explore", "within REACH of 128: read from it"
     policy.set_costs(table(plain={64: 6.91, 128: 8.27}, spec={64: 21.6, 128: 50.2}))
     assert policy._decide(64)[1] != "explore"
 

@@ -350,7 +350,7 @@ def settle_at_64_after(before: int) -> float:
 def test_a_load_that_falls_below_every_measured_speculative_batch_measures_it_there():
     """Coming down from batch 128 (speculative step 50 ms) to 64 (21.6 ms, 12% ahead of
     plain): read flat from 128, the speculative time ruled out every probe at 64 and the
-    policy stayed plain (0.89x the better mode). More than ``SPEC_REACH`` below the
+    policy stayed plain (0.89x the better mode). More than ``REACH`` below the
     smallest measured speculative batch, speculation is explored there instead."""
     assert settle_at_64_after(128) >= 0.98
 
@@ -472,6 +472,25 @@ def test_in_waves_goodput_prices_each_batch_at_its_context(acceptance):
     assert all(r >= 0.99 for r in ratios.values()), (ratios, shares)
     if acceptance == 3.5:
         assert shares[32] >= 0.97 and shares[128] <= 0.01, shares
+
+
+def test_a_load_that_falls_from_128_to_64_measures_plain_there():
+    """A fresh server at acceptance 3.5 whose load falls from 128 straight to 64 (no
+    plain step at batch 64 or below yet): read flat from 128, the plain time (6.3 ms
+    against 5.2) put speculation ahead for the whole wave, 0.95x the better mode with
+    every step speculative. Plain is explored there and goodput keeps 0.99x."""
+    rates, shares = {}, {}
+    for name, policy in (("plain", ThresholdPolicy(0)), ("spec", ModePolicy()), ("goodput", GoodputPolicy(K))):
+        waves = Waves(256, 256, PER_TOKEN, refill=40e-3)
+        server = Server(3.5, "batch", plain=PLAIN_AT_0, spec=SPEC_AT_0, policy=policy, waves=waves)
+        server.run(128, 256)
+        waves.made, made, seconds = 0.0, 0.0, 0.0
+        while made < 8 * 256 * 64:
+            tokens, t = server.run(64, 1)
+            made, seconds = made + tokens, seconds + t
+        rates[name], shares[name] = made / seconds, server.spec_steps
+    assert rates["goodput"] / max(rates["plain"], rates["spec"]) >= 0.99, rates
+    assert shares["goodput"] < 0.2 * shares["spec"], shares
 
 
 def test_the_slopes_are_fitted_from_the_steps_served():
