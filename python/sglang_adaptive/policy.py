@@ -278,8 +278,9 @@ class GoodputPolicy(ModePolicy):
       to 64 speculating at 0.95x, simulated) is run, so that it gets one, for
       ``EXPLORE_SYNC`` steps in a row whatever the batch size does meanwhile (a lone
       step files no time: at c=8 on the tiny pair, batches of 5 or 7 explored plain
-      alone between speculative batches of 8, 184 switches and 22% plain); the controller shares the table after every
-      ``EXPLORE_SYNC`` such steps instead of waiting for its regular schedule;
+      alone between speculative batches of 8, 184 switches and 22% plain); the
+      controller shares the table after every ``EXPLORE_SYNC`` such steps instead of
+      waiting for its regular schedule;
     - above the largest measured batch size (up to that reach) a speculative step is
       assumed to grow in proportion to the batch and a plain one along its last
       slope, so an unmeasured large batch leans plain, the mode whose mistake costs
