@@ -170,6 +170,16 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="falling from batch 128 to 64 (8B pair, acceptance 3.5), 128's plain 6.3 ms read flat "
                "(5.2 measured) kept speculation on for good: 0.95x the better mode"),
+    Mutant("goodput-decides-on-derived-prefill-prices", "policy.py",
+           "        price = self._unpriced(batch_size, p, context)\n", "        price = None\n",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="tiny pair at batch 64 (H100): plain's prefill price derived from speculation's "
+               "(10.5 ms, about 3.6 as served) kept goodput speculating on 96% of the steps, 0.90x no-spec"),
+    Mutant("goodput-explores-prefill-prices-for-ever", "policy.py",
+           ") >= self.PRICE_EXPLORATIONS:", ") >= math.inf:",
+           (U + "test_goodput.py",),
+           why="where prefills never fall between back-to-back steps of one mode (fixed output "
+               "lengths), explorations for a price file none: without a bound the policy stays in that mode"),
     Mutant("goodput-refresh-runs-one-round", "policy.py",
            "    REFRESH_ROUNDS = 4\n", "    REFRESH_ROUNDS = 1\n",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
@@ -196,8 +206,8 @@ MUTANTS: tuple[Mutant, ...] = (
            why="8B pair, acceptance 3.5, c=64, spread lengths: plain by decode steps (10% ahead) where "
                "static EAGLE-3 led end to end by 6.6% (0.85x EAGLE-3 on the GPU)"),
     Mutant("goodput-prefills-per-request-not-per-token", "policy.py",
-           "self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain)",
-           "self._prefill_time(batch_size, batch_size, True, t_spec, t_plain)",
+           "self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain, derive)",
+           "self._prefill_time(batch_size, batch_size, True, t_spec, t_plain, derive)",
            (U + "test_goodput.py",),
            why="a speculative step would be priced with a plain step's prefills, a third of what "
                "follows it at 3.5 tokens a step: speculation looks 30% ahead where it leads by 4%"),
@@ -213,8 +223,8 @@ MUTANTS: tuple[Mutant, ...] = (
            why="8B pair, acceptance 3.5, fixed lengths: speculation's prefill price at batch 1-2 (38 ms "
                "after a 7 ms step) read flat at batch 64, where its 26 ms step hides much of it"),
     Mutant("goodput-prefill-price-derived-from-any-batch-size", "policy.py",
-           "        if self._measured_near(self.costs[other], batch_size):\n",
-           "        if self.costs[other]:\n",
+           "        if derive and self._measured_near(self.costs[other], batch_size):\n",
+           "        if derive and self.costs[other]:\n",
            (U + "test_goodput.py",),
            why="8B pair, acceptance 3.5, fixed lengths: plain's prefill price derived from speculation's "
                "at batch 1-2 put speculation 36% ahead at batch 64 (a prefill after every fifth plain "

@@ -281,6 +281,10 @@ class GoodputPolicy(ModePolicy):
       alone between speculative batches of 8, 184 switches and 22% plain); the
       controller shares the table after every ``EXPLORE_SYNC`` such steps instead of
       waiting for its regular schedule;
+    - where one mode has a prefill price near this batch size and the other has none,
+      and the call rests on the one derived for it (free of prefills, that mode would
+      win), that mode is run the same way so that it files its own, up to
+      ``PRICE_EXPLORATIONS`` times per bucket (``_unpriced``);
     - above the largest measured batch size (up to that reach) a speculative step is
       assumed to grow in proportion to the batch and a plain one along its last
       slope, so an unmeasured large batch leans plain, the mode whose mistake costs
@@ -345,6 +349,10 @@ class GoodputPolicy(ModePolicy):
     # Rounds of REFRESH_STEPS a speculative refresh runs at most while it leaves
     # speculation ahead by the estimate but not surely so.
     REFRESH_ROUNDS = 4
+    # Explorations per mode and bucket for a prefill price the call rests on: a prefill
+    # is filed only between back-to-back steps of one mode with none right after, about
+    # one an exploration at batch 64 on the tiny pair, and MIN_SAMPLES make a price.
+    PRICE_EXPLORATIONS = 2 * costs.MIN_SAMPLES
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
@@ -363,6 +371,8 @@ class GoodputPolicy(ModePolicy):
         self._extensions = 0  # rounds of the speculative refresh under way beyond its first
         self._may_extend = False  # a speculative refresh just ended: another round may follow
         self._explore_left = 0  # steps of the exploration under way (mode: _speculating)
+        # Explorations for a prefill price (_unpriced), by (speculative, bucket).
+        self._price_explored: dict[tuple[bool, int], int] = {}
         # (mode, bucket, why) for the controller to drop (stale_buckets)
         self._stale: list[tuple[str, int, str]] = []
         # Answers by batch size for the current state: the scheduler asks three or four
@@ -400,7 +410,7 @@ class GoodputPolicy(ModePolicy):
         self._answers.clear()
 
     def _prefill_time(self, batch_size: int, tokens: float, speculative: bool, t_own: float,
-                      t_other: float) -> float:
+                      t_other: float, derive: bool = True) -> float:
         """Seconds of prefill batches expected after a decode step of ``batch_size``
         requests making ``tokens`` tokens in that mode, whose step takes ``t_own``
         (the other mode's ``t_other``).
@@ -420,7 +430,10 @@ class GoodputPolicy(ModePolicy):
         on the 8B pair at acceptance 3.5 the only prices were speculation's at batch 1-2
         (32-38 ms, after a 7 ms step). Read flat at batch 64, with a prefill batch after
         every fifth plain step, they put speculation 36% ahead where no-spec led static
-        EAGLE-3 by 6%."""
+        EAGLE-3 by 6%.
+
+        ``derive=False`` counts a price not measured near ``batch_size`` as 0, its lower
+        bound (``_unpriced``)."""
         n = self.prefills.per_step(tokens)
         if not n:
             return 0.0
@@ -428,9 +441,31 @@ class GoodputPolicy(ModePolicy):
             costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
         if self._measured_near(self.costs[own], batch_size):
             return n * max(0.0, costs.lookup(self.costs[own], batch_size))
-        if self._measured_near(self.costs[other], batch_size):
+        if derive and self._measured_near(self.costs[other], batch_size):
             return n * max(0.0, costs.lookup(self.costs[other], batch_size) + t_other - t_own)
         return 0.0
+
+    def _unpriced(self, batch_size: int, p: Prediction, context: int) -> bool | None:
+        """The mode to run (True: speculative) so that it measures its prefill price near
+        ``batch_size``, where the call rests on that price derived from the other mode's;
+        None where it does not. A derived price is no bound either way: a prefill between
+        speculative steps also runs the draft's extend, and its host work hides behind
+        the step before it. On the tiny pair at batch 64 (H100) a prefill added 8.4 ms
+        after a 4 ms speculative step and, derived from it, 10.5 ms after a 2 ms plain
+        one, about three times what plain's prefills cost end to end: the policy
+        speculated on 96% of the steps at 0.90x no-spec. On the 8B pair plain's added
+        42.8 ms and speculation's 13.8 ms. At most ``PRICE_EXPLORATIONS`` per mode and
+        bucket: where prefills seldom fall between back-to-back steps of one mode (fixed
+        output lengths, the refill of a wave) an exploration files nothing, and the
+        derived price stands."""
+        plain_priced = self._measured_near(self.costs[costs.PLAIN_PREFILL], batch_size)
+        if plain_priced == self._measured_near(self.costs[costs.SPEC_PREFILL], batch_size):
+            return None  # both measured, or neither (then prefills count in neither mode)
+        speculative = plain_priced
+        if self._price_explored.get((speculative, costs.bucket(batch_size)), 0) >= self.PRICE_EXPLORATIONS:
+            return None
+        low = self._predict(batch_size, context, derive=False)
+        return speculative if (low.spec > low.plain) != (p.spec > p.plain) else None
 
     def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
         # The scheduler asked speculate(batch_size, context) for this batch just before,
@@ -446,6 +481,10 @@ class GoodputPolicy(ModePolicy):
             # Not the policy's mode: a probe, or a batch forced to speculate.
             self._plain_run = 0 if speculative else self._plain_run + 1
             return
+        if why == "price":  # an exploration for a prefill price (_unpriced)
+            key = (speculative, costs.bucket(batch_size))
+            self._price_explored[key] = self._price_explored.get(key, 0) + 1
+            why = "explore"
         # Consecutive steps exploring one mode (the count restarts with the other).
         same = why == "explore" and self._explored and speculative == self._speculating
         self._explored = self._explored + 1 if same else int(why == "explore")
@@ -542,6 +581,9 @@ class GoodputPolicy(ModePolicy):
         if not self._plain_measured_for(batch_size):
             return False, "explore"
         p = self._predict(batch_size, context)
+        price = self._unpriced(batch_size, p, context)
+        if price is not None:
+            return price, "price"
         plain, spec = p.plain, p.spec
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
@@ -574,20 +616,21 @@ class GoodputPolicy(ModePolicy):
             return True, "refresh" if close or self._stale_spec(batch_size) else "probe"
         return False, "goodput"
 
-    def _predict(self, batch_size: int, context: int = 0) -> Prediction:
+    def _predict(self, batch_size: int, context: int = 0, derive: bool = True) -> Prediction:
         """Output tokens per second and request, with both modes' step times measured
-        near ``batch_size``, at ``context`` tokens in the batch."""
+        near ``batch_size``, at ``context`` tokens in the batch (``derive``: see
+        ``_prefill_time``)."""
         t_plain = (costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
                    + self.per_token.get(costs.PLAIN, 0.0) * context)
         t_spec = (costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
                   + self.per_token.get(costs.SPEC, 0.0) * context)
 
         def spec_rate(tokens: float) -> float:  # tokens a step over its time, prefills after it included
-            prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain)
+            prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain, derive)
             return tokens / (t_spec + prefills) if tokens > 0 else 0.0
 
         expected = self.acceptance.expected_tokens()
-        plain_prefills = self._prefill_time(batch_size, batch_size, False, t_plain, t_spec)
+        plain_prefills = self._prefill_time(batch_size, batch_size, False, t_plain, t_spec, derive)
         return Prediction(
             t_plain, t_spec, plain=1.0 / (t_plain + plain_prefills),
             spec=spec_rate(expected), sure=spec_rate(expected - self.acceptance.standard_error()),

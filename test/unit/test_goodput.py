@@ -906,7 +906,91 @@ def test_a_prefill_price_counts_only_near_the_batch_it_was_measured_at():
     policy.set_costs({**tables, costs.SPEC_PREFILL: {32: 37.77e-3}})
     assert policy._prefill_time(64, 224, True, 26.0e-3, 6.83e-3) > 0
     assert policy._prefill_time(64, 64, False, 6.83e-3, 26.0e-3) > 0
+    # Derived from speculation's, plain's price puts speculation ahead; free, plain
+    # leads: the call rests on it, so plain runs to measure its own (_unpriced).
+    assert policy._decide(64) == (False, "price")
+    put(policy, _price_explored={(False, 64): GoodputPolicy.PRICE_EXPLORATIONS})
+    assert policy._decide(64) == (True, "goodput"), "explorations that filed none leave the derived price"
+
+
+def tiny64(policy: GoodputPolicy, plain_prefill_ms: float | None = None,
+           spec_prefill_ms: float | None = 8.44) -> None:
+    """The tiny pair at batch 64 on an H100 (2026-12-06 goodput run): plain 2.1 ms, a
+    speculative step 4.0 ms for 2.9 tokens, output length 128 (a prefill batch after
+    39% of the plain steps and 77% of the speculative ones); speculating."""
+    tables = table(plain={64: 2.1}, spec={64: 4.0})
+    for mode, ms in ((costs.PLAIN_PREFILL, plain_prefill_ms), (costs.SPEC_PREFILL, spec_prefill_ms)):
+        if ms is not None:
+            tables[mode] = {64: ms / 1e3}
+    policy.set_costs(tables)
+    for i in range(40):
+        policy.acceptance.update([2, 2, 2, 1, 2, 3, 2, 1, 3, 1] * 6 + [2] * 4, i)
+    for i in range(1000):  # a prefill batch after three speculative steps in four
+        policy.on_prefills(int(i % 4 != 0), True, 64)
+    put(policy, _speculating=True, _launched=40)
+
+
+def test_a_call_that_rests_on_a_derived_prefill_price_runs_the_mode_without_one():
+    """On the tiny pair (H100) plain's prefill price, derived from speculation's 8.4 ms
+    (10.5 ms after a 2 ms step), kept goodput speculating on 96% of the steps at batch
+    64, 0.90x no-spec. Free of prefills plain leads there, so the call rests on that
+    derived price: plain is explored until it files its own, for at most
+    PRICE_EXPLORATIONS explorations of EXPLORE_SYNC steps each."""
+    policy = GoodputPolicy(K)
+    tiny64(policy)
+    p = policy._predict(64)
+    assert p.spec > 1.3 * p.plain, "the derived price puts speculation well ahead"
+    assert policy._decide(64) == (False, "price")
+    assert policy._decide(64) == policy._decide(64), "a pure answer"
+    for n in range(1, GoodputPolicy.PRICE_EXPLORATIONS + 1):
+        for _ in range(GoodputPolicy.EXPLORE_SYNC):
+            decided = policy._decide(64)
+            assert decided in ((False, "price"), (False, "explore")), decided
+            policy.on_launch(False, 64)
+        assert policy.sync_due(), "each exploration shares what it filed"
+        assert policy._price_explored == {(False, 64): n}
+        policy.set_costs(policy.costs)  # nothing filed: the sync brings no price
+    assert policy._decide(64) == (True, "goodput"), "after the last one the derived price stands"
+    # Measured, plain's own price decides: 2.5 ms puts plain ahead by more than the
+    # hysteresis, 10 ms leaves speculation ahead.
+    tiny64(policy, plain_prefill_ms=2.5)
+    assert policy._decide(64) == (False, "goodput")
+    tiny64(policy, plain_prefill_ms=10.0)
     assert policy._decide(64) == (True, "goodput")
+
+
+def test_a_call_that_does_not_rest_on_a_derived_prefill_price_explores_nothing():
+    """Where speculation leads even with plain's prefills free (a 6 ms plain step
+    here), or where neither mode has a price (prefills count in neither), no mode is
+    explored for one; nor where speculation lacks one and leads either way."""
+    policy = GoodputPolicy(K)
+    tiny64(policy)
+    policy.set_costs({**policy.costs, costs.PLAIN: {64: 6.0e-3}})
+    assert policy._decide(64) == (True, "goodput")
+    tiny64(policy, spec_prefill_ms=None)
+    assert policy._decide(64)[1] == "goodput"
+    tiny64(policy, plain_prefill_ms=3.6, spec_prefill_ms=None)
+    assert policy._predict(64, derive=False).spec > policy._predict(64).spec
+    assert policy._decide(64)[1] == "goodput"
+
+
+def test_a_call_that_rests_on_speculations_derived_prefill_price_explores_speculation():
+    """The other way round: plain's price measured (10 ms after a 2 ms step), none for
+    speculation (3 ms a step), at an acceptance (about 1.2 tokens a step) where
+    speculation's derived prefills tip the call to plain while free they leave
+    speculation well ahead: speculation runs to measure its own."""
+    policy = GoodputPolicy(K)
+    policy.set_costs({**table(plain={64: 2.0}, spec={64: 3.0}), costs.PLAIN_PREFILL: {64: 10e-3}})
+    for i in range(40):
+        policy.acceptance.update([0] * 52 + [1] * 12, i)
+    for i in range(1000):  # a prefill batch after every fifth plain step
+        policy.on_prefills(int(i % 5 == 4), False, 64)
+    put(policy, _speculating=False, _launched=40)
+    low, p = policy._predict(64, derive=False), policy._predict(64)
+    assert low.spec > 1.5 * low.plain and p.spec < p.plain, (low, p)
+    assert policy._decide(64) == (True, "price")
+    policy.on_launch(True, 64)
+    assert policy._price_explored == {(True, 64): 1}
 
 
 def test_a_batch_well_below_every_measured_speculative_batch_explores_speculation():

@@ -428,6 +428,28 @@ def test_a_fresh_server_speculates_once_prefills_show_that_it_pays():
     assert out["goodput speculative steps"] >= 0.75 * 512, out
 
 
+def test_a_plain_prefill_price_derived_from_speculations_does_not_keep_it_speculating():
+    """The tiny pair at c=64 on an H100 (2026-12-06 goodput run): plain 2.1 ms a step,
+    speculative 4.0 ms for 2.9 tokens, output length 128; a prefill batch added 9.6 ms
+    between speculative steps (it runs the draft's extend too) and, as no-spec's
+    throughput implies, 3.6 ms between plain ones. The warm-up at 64 speculated, so
+    only speculation's price was measured; plain's, derived from it (11.5 ms), kept
+    goodput speculating on every step at 0.89x no-spec (0.90x on the GPU). The call
+    rests on that derived price, so plain runs until it files its own."""
+    plain, spec = {1: 1.52e-3, 8: 1.74e-3, 64: 2.1e-3}, {1: 2.97e-3, 8: 3.66e-3, 64: 4.0e-3}
+    out = {}
+    for name, policy in (("plain", ThresholdPolicy(0)), ("spec", ModePolicy()), ("goodput", None)):
+        server = Server(2.9, plain=plain, spec=spec, prefill=(128, 3.6e-3, 9.6e-3), policy=policy)
+        server.run(64, 300)
+        before = server.spec_steps
+        tokens, seconds = server.run(64, 2048)
+        out[name], out[f"{name} speculative share"] = tokens / seconds, (server.spec_steps - before) / 2048
+    assert out["plain"] > 1.1 * out["spec"], out
+    assert out["goodput"] >= 0.98 * out["plain"], out
+    assert out["goodput speculative share"] <= 0.03, out
+    assert server.c.policy.costs[costs.PLAIN_PREFILL][64] == pytest.approx(3.6e-3)
+
+
 # The 8B pair with in/out 256 (2026-12-05-h200-goodput-misses, decode log windows of no-spec
 # and static EAGLE-3 fitted per batch size): a step at no context, and what each token of
 # context in the batch adds, 0.05 us plain and 0.5 us speculative; at batch 64 a
