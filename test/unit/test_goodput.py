@@ -826,14 +826,18 @@ def test_a_prefill_next_to_a_switch_or_another_prefill_files_nothing():
         assert not c.costs._samples.get((costs.PLAIN_PREFILL, 64)), (spec_at, second_prefill_after)
 
 
+def priced(tables: dict, plain_prefill_ms: float | None, spec_prefill_ms: float | None) -> dict:
+    """``tables`` with what a prefill batch adds at batch 64 in each mode (ms; None: no price)."""
+    for mode, ms in ((costs.PLAIN_PREFILL, plain_prefill_ms), (costs.SPEC_PREFILL, spec_prefill_ms)):
+        if ms is not None:
+            tables[mode] = {64: ms / 1e3}
+    return tables
+
+
 def gs8_35(policy: GoodputPolicy, plain_ms: float | None, spec_ms: float | None = None) -> None:
     """The 8B pair at acceptance 3.5, batch 64, output lengths 128-384 (2026-12-02 spread
     run): the goodput server's table, plain steps with a prefill batch after every fifth."""
-    tables = table(plain={64: 6.26}, spec={64: 24.22})
-    for mode, ms in ((costs.PLAIN_PREFILL, plain_ms), (costs.SPEC_PREFILL, spec_ms)):
-        if ms is not None:
-            tables[mode] = {64: ms / 1e3}
-    policy.set_costs(tables)
+    policy.set_costs(priced(table(plain={64: 6.26}, spec={64: 24.22}), plain_ms, spec_ms))
     for i in range(40):  # probes and refreshes: 2.5 of 3 drafts accepted
         policy.acceptance.update([2, 3] * 32, i)
     put(policy, _speculating=False, _launched=40)
@@ -918,11 +922,7 @@ def tiny64(policy: GoodputPolicy, plain_prefill_ms: float | None = None,
     """The tiny pair at batch 64 on an H100 (2026-12-06 goodput run): plain 2.1 ms, a
     speculative step 4.0 ms for 2.9 tokens, output length 128 (a prefill batch after
     39% of the plain steps and 77% of the speculative ones); speculating."""
-    tables = table(plain={64: 2.1}, spec={64: 4.0})
-    for mode, ms in ((costs.PLAIN_PREFILL, plain_prefill_ms), (costs.SPEC_PREFILL, spec_prefill_ms)):
-        if ms is not None:
-            tables[mode] = {64: ms / 1e3}
-    policy.set_costs(tables)
+    policy.set_costs(priced(table(plain={64: 2.1}, spec={64: 4.0}), plain_prefill_ms, spec_prefill_ms))
     for i in range(40):
         policy.acceptance.update([2, 2, 2, 1, 2, 3, 2, 1, 3, 1] * 6 + [2] * 4, i)
     for i in range(1000):  # a prefill batch after three speculative steps in four
@@ -980,7 +980,7 @@ def test_a_call_that_rests_on_speculations_derived_prefill_price_explores_specul
     speculation's derived prefills tip the call to plain while free they leave
     speculation well ahead: speculation runs to measure its own."""
     policy = GoodputPolicy(K)
-    policy.set_costs({**table(plain={64: 2.0}, spec={64: 3.0}), costs.PLAIN_PREFILL: {64: 10e-3}})
+    policy.set_costs(priced(table(plain={64: 2.0}, spec={64: 3.0}), 10.0, None))
     for i in range(40):
         policy.acceptance.update([0] * 52 + [1] * 12, i)
     for i in range(1000):  # a prefill batch after every fifth plain step

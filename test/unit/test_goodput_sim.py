@@ -370,17 +370,19 @@ def test_a_close_call_with_speculation_ahead_refreshes_until_it_is_settled():
 SPREAD = 256, 20e-3, 20e-3
 
 
-def static_and_goodput(acceptance: float, bs: int, plain: dict, spec: dict) -> dict:
+def static_and_goodput(acceptance: float, bs: int, plain: dict, spec: dict, prefill: tuple = SPREAD,
+                       mode: str = "batch") -> dict:
     """Output tokens/s of always plain, always speculative and goodput on one simulated
-    server each: the bench's warm-up, then 2,048 steps at ``bs``."""
+    server each: the bench's warm-up, then 2,048 steps at ``bs``; and goodput's table."""
     out = {}
     for name, policy in (("plain", ThresholdPolicy(0)), ("spec", ModePolicy()), ("goodput", None)):
-        server = Server(acceptance, "batch", plain=plain, spec=spec, prefill=SPREAD, policy=policy)
+        server = Server(acceptance, mode, plain=plain, spec=spec, prefill=prefill, policy=policy)
         server.run(bs, 300)
         before = server.spec_steps
         tokens, seconds = server.run(bs, 2048)
         out[name] = tokens / seconds
         out[f"{name} speculative share"] = (server.spec_steps - before) / 2048
+    out["goodput table"] = server.c.policy.costs
     return out
 
 
@@ -437,17 +439,11 @@ def test_a_plain_prefill_price_derived_from_speculations_does_not_keep_it_specul
     goodput speculating on every step at 0.89x no-spec (0.90x on the GPU). The call
     rests on that derived price, so plain runs until it files its own."""
     plain, spec = {1: 1.52e-3, 8: 1.74e-3, 64: 2.1e-3}, {1: 2.97e-3, 8: 3.66e-3, 64: 4.0e-3}
-    out = {}
-    for name, policy in (("plain", ThresholdPolicy(0)), ("spec", ModePolicy()), ("goodput", None)):
-        server = Server(2.9, plain=plain, spec=spec, prefill=(128, 3.6e-3, 9.6e-3), policy=policy)
-        server.run(64, 300)
-        before = server.spec_steps
-        tokens, seconds = server.run(64, 2048)
-        out[name], out[f"{name} speculative share"] = tokens / seconds, (server.spec_steps - before) / 2048
+    out = static_and_goodput(2.9, 64, plain, spec, prefill=(128, 3.6e-3, 9.6e-3), mode="request")
     assert out["plain"] > 1.1 * out["spec"], out
     assert out["goodput"] >= 0.98 * out["plain"], out
     assert out["goodput speculative share"] <= 0.03, out
-    assert server.c.policy.costs[costs.PLAIN_PREFILL][64] == pytest.approx(3.6e-3)
+    assert out["goodput table"][costs.PLAIN_PREFILL][64] == pytest.approx(3.6e-3)
 
 
 # The 8B pair with in/out 256 (2026-12-05-h200-goodput-misses, decode log windows of no-spec
