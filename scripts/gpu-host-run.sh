@@ -73,6 +73,11 @@
 #               c=32 and 128 (one round, against 3.5's no-spec rows), then the tiny pair at 1, 8, 64
 #        goodputctx1  goodputctx's first point on what is left of a lease (~3 min): no-spec and goodput at
 #               3.5, c=64 (static EAGLE-3 made 0.92x no-spec there in every lease so far)
+#        goodputnext  after the prefill-price exploration (81f7584): the tiny pair at 1, 8, 64 (no-spec,
+#               static EAGLE-3, goodput), the phased load 15 s at c=2, 15 at 96, 15 at 2 at acceptance 2.5
+#               (same three), 3.5 at c=16, 32, 128 (same three) and goodput at 1.3, c=16, 32, 128 (~20 min)
+#        goodputrest  goodputnext's last two steps, which its lease did not reach (~9 min):
+#               3.5 at c=16, 32, 128 (no-spec, static EAGLE-3, goodput), goodput at 1.3 there
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
 #               at 2.5, c=64 (two rounds each, against 3.5's no-spec rows: no-spec does not read the simulated
@@ -293,6 +298,12 @@ if [ "$cmd" = start ]; then
             goodput13) sweep g13 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
             goodput35) sweep g3-3.5 --acc-len 3.5 --closed 4,64 --configs eagle3,adaptive-goodput ;;
             goodputctx1) sweep gx-3.5 --acc-len 3.5 --closed 64 --configs plain,adaptive-goodput ;;
+            goodputnext) GOODPUT_RPC=16 sweep gn-tiny --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 \
+                          --configs plain,eagle3,adaptive-goodput
+                      step gn-phased python -m sglang_adaptive.bench --acc-len 2.5 --closed "" --rates "" \
+                          --phases 15:2,15:96,15:2 --configs plain,eagle3,adaptive-goodput --out "$W/gn-phased" ;&
+            goodputrest) sweep gn-3.5 --acc-len 3.5 --closed 16,32,128 --configs plain,eagle3,adaptive-goodput
+                      sweep gn-1.3 --acc-len 1.3 --closed 16,32,128 --configs adaptive-goodput ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput

@@ -250,6 +250,23 @@ def test_throughput_timeline_spreads_tokens_over_each_stream():
     assert sum(v for _, v in tl) == 207
 
 
+def test_phase_summary_counts_each_request_in_the_phase_it_was_sent_in():
+    t0 = 1000.0
+    # Phase 1 (0-2 s): two 100 tok/s streams; phase 2 (2-4 s): one 50 tok/s stream sent
+    # at 2.5 s, plus the second phase-1 request, which streams into phase 2.
+    records = [client.Record(start=t0, first=t0, end=t0 + 1.0, output_tokens=101),
+               client.Record(start=t0 + 1.0, first=t0 + 1.0, end=t0 + 3.0, output_tokens=201),
+               client.Record(start=t0 + 2.5, first=t0 + 2.5, end=t0 + 3.5, output_tokens=51),
+               client.Record(start=t0 + 0.5, end=t0 + 0.6, error="HTTP 500")]
+    one, two = metrics.phase_summary(records, t0, ((2.0, 1), (2.0, 8)))
+    assert (one["requests"], one["tpot_p50_ms"], one["per_request_tok_per_s"]) == (2, 10.0, 100.0)
+    assert (two["requests"], two["tpot_p50_ms"], two["per_request_tok_per_s"]) == (1, 20.0, 50.0)
+    # Streamed tokens per phase: 101 + 100.5 in the first, 100.5 + 51 in the second.
+    assert one["output_tok_per_s"] == pytest.approx(100.75, abs=0.1)
+    assert two["output_tok_per_s"] == pytest.approx(75.75, abs=0.1)
+    assert (one["seconds"], one["concurrency"], two["concurrency"]) == (2.0, 1, 8)
+
+
 def test_phased_load_follows_its_phases(fake):
     fake.peak = 0
     w = Phased(((0.3, 1), (0.3, 6), (0.2, 1)))
@@ -317,6 +334,8 @@ def test_orchestrator_runs_every_config_and_load(fake, tmp_path, capsys, monkeyp
     assert all("plain_share" not in r for r in rows if r["label"] == "plain")
     phased = adaptive[-1]
     assert phased["throughput_timeline"] and phased["mode_timeline"]
+    assert [(p["seconds"], p["concurrency"]) for p in phased["phase_summary"]] == [(0.3, 1), (0.3, 6)]
+    assert sum(p["requests"] for p in phased["phase_summary"]) == phased["requests"] - phased["errors"]
     assert (tmp_path / "report.md").read_text().count("###") >= 3
     assert (tmp_path / "mode_over_time.png").read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr()
@@ -432,6 +451,23 @@ def test_report_from_stored_rows(tmp_path):
     written = report.write(loaded, tmp_path / "out")
     names = {p.name for p in written}
     assert {"report.md", "throughput.png", "tpot.png", "mode_over_time.png"} <= names
+
+
+def test_report_judges_a_phased_load_by_issue_13s_ratios():
+    def row(label, total, low, high, low2):
+        return {"label": label, "workload": "phased", "phases": [[15, 2], [15, 96], [15, 2]],
+                "output_tok_per_s": total, "phase_summary": [
+                    {"seconds": 15, "concurrency": c, "requests": 9, "tpot_p50_ms": 1e3 / v,
+                     "per_request_tok_per_s": v, "output_tok_per_s": v * c}
+                    for c, v in ((2, low), (96, high), (2, low2))]}
+
+    text = report.markdown([row("plain", 1000, 100, 50, 100), row("eagle3", 900, 200, 40, 200),
+                            row("adaptive-goodput", 990, 196, 50, 202)])
+    assert "| 15 s at 2 | 15 s at 96 | 15 s at 2 |" in text
+    assert "| eagle3 | 400 / 200 | 3840 / 40 | 400 / 200 |" in text
+    # The high phase is not a low phase: 50 / 40 would read 1.250.
+    assert ("adaptive-goodput: total ÷ no-spec 0.990; low phases per request ÷ static EAGLE-3 "
+            "0.980, 1.010") in text
 
 
 def test_report_reads_loadgen_rows_as_closed_loop():

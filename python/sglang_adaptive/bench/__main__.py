@@ -205,6 +205,7 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     if isinstance(w, Phased):
         row["throughput_timeline"] = metrics.throughput_timeline(records, start, seconds)
         row["mode_timeline"] = metrics.mode_timeline(samples, start, seconds) if samples else []
+        row["phase_summary"] = metrics.phase_summary(records, start, w.phases)
     return row
 
 

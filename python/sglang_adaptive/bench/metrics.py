@@ -201,6 +201,24 @@ def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> 
     return out
 
 
+def phase_summary(records, start: float, phases) -> list[dict]:
+    """Per phase of a phased load: its requests (those sent during it), their median
+    TPOT and the per-request speed it gives, and the output tok/s streamed during it.
+    Issue 13 judges the low phases by per-request speed and the whole by total tok/s."""
+    timeline = throughput_timeline(records, start, sum(s for s, _ in phases) + 1.0, bin_s=0.1)
+    out, t = [], 0.0
+    for seconds, concurrency in phases:
+        sent = [r for r in records if r.error is None and r.end is not None and r.first is not None
+                and t <= r.start - start < t + seconds and r.output_tokens > 1]
+        tpot = percentile([(r.end - r.first) * 1e3 / (r.output_tokens - 1) for r in sent], 50)
+        streamed = sum(v * 0.1 for at, v in timeline if t <= at < t + seconds - 1e-9)
+        out.append({"seconds": seconds, "concurrency": concurrency, "requests": len(sent),
+                    "tpot_p50_ms": _r(tpot), "per_request_tok_per_s": _r(1e3 / tpot if tpot else None, 1),
+                    "output_tok_per_s": _r(streamed / seconds, 1)})
+        t += seconds
+    return out
+
+
 def throughput_timeline(records, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
     """[[t from start, output tok/s in the bin], ...]. Each request's tokens are spread
     evenly from its first token to its end, the pace at which they streamed (counting

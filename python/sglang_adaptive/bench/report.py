@@ -111,7 +111,41 @@ def phased_table(rows: list[dict]) -> str:
             f"| {r['label']} | {r['output_tok_per_s']:.1f} | {r.get('tpot_p50_ms')} / {r.get('tpot_p99_ms')} | "
             f"{r.get('ttft_p50_ms')} / {r.get('ttft_p99_ms')} | "
             f"{'-' if share is None else f'{share:.0%}'} | {r.get('switches', '-')} |")
-    return "\n".join(lines) + "\n"
+    lines += ["", *phase_lines(rows)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def phase_lines(rows: list[dict]) -> list[str]:
+    """Per phase: output tok/s and per-request tok/s of the requests sent in it; for an
+    adaptive configuration, issue 13's ratios: total against no-spec, and per-request
+    speed in the low phases (below the highest concurrency) against static EAGLE-3."""
+    rows = [r for r in rows if r.get("phase_summary")]
+    if not rows:
+        return []
+    phases = rows[0]["phase_summary"]
+    lines = ["Per phase: output tok/s / tok/s per request (median TPOT of the requests sent in it)", "",
+             "| configuration | " + " | ".join(f"{p['seconds']:g} s at {p['concurrency']}" for p in phases) + " |",
+             "|---|" + "---:|" * len(phases)]
+    for r in rows:
+        lines.append(f"| {r['label']} | " + " | ".join(
+            f"{p['output_tok_per_s']} / {p['per_request_tok_per_s']}" for p in r["phase_summary"]) + " |")
+    by = {r["label"]: r for r in rows}
+    plain, eagle3 = by.get("plain"), by.get("eagle3")
+    top = max(p["concurrency"] for p in phases)
+    for r in rows:
+        if not r["label"].startswith("adaptive"):
+            continue
+        parts = []
+        if plain and plain["output_tok_per_s"]:
+            parts.append(f"total ÷ no-spec {r['output_tok_per_s'] / plain['output_tok_per_s']:.3f}")
+        if eagle3:
+            low = [f"{a['per_request_tok_per_s'] / b['per_request_tok_per_s']:.3f}"
+                   for a, b in zip(r["phase_summary"], eagle3["phase_summary"])
+                   if a["concurrency"] < top and a["per_request_tok_per_s"] and b["per_request_tok_per_s"]]
+            parts.append("low phases per request ÷ static EAGLE-3 " + ", ".join(low))
+        if parts:
+            lines += ["", f"{r['label']}: " + "; ".join(parts)]
+    return lines
 
 
 def markdown(rows: list[dict]) -> str:
