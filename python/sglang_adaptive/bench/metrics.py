@@ -63,16 +63,26 @@ def in_flight_seconds(spans: list[tuple[float, float]]) -> float:
     return sum(b - a for a, b, _ in busy_stretches(spans))
 
 
+def _served(records) -> list:
+    """The records of requests that ended without an error."""
+    return [r for r in records if r.error is None and r.end is not None]
+
+
+def _tpot_ms(served) -> list[float]:
+    """Time per output token after the first (ms), per request that streamed more than
+    one: streaming gaps average out to this."""
+    return [(r.end - r.first) * 1e3 / (r.output_tokens - 1)
+            for r in served if r.first is not None and r.output_tokens > 1]
+
+
 def summarize(records, seconds: float) -> dict:
     """Output tok/s over the whole point; TTFT, TPOT (ms) and latency (s) at p50/p99;
     the slowest request and the seconds with some request in flight, so time the point
     spent outside any request (a straggler aside) shows as ``seconds`` minus that."""
-    ok = [r for r in records if r.error is None and r.end is not None]
+    ok = _served(records)
     tokens = sum(r.output_tokens for r in ok)
     ttft = [(r.first - r.start) * 1e3 for r in ok if r.first is not None]
-    # Time per output token after the first: streaming gaps average out to this.
-    tpot = [(r.end - r.first) * 1e3 / (r.output_tokens - 1)
-            for r in ok if r.first is not None and r.output_tokens > 1]
+    tpot = _tpot_ms(ok)
     e2e = [r.end - r.start for r in ok]
     verifies = sum(r.verify_ct for r in ok)
     return {
@@ -205,14 +215,14 @@ def phase_summary(records, start: float, phases) -> list[dict]:
     """Per phase of a phased load: its requests (those sent during it), their median
     TPOT and the per-request speed it gives, and the output tok/s streamed during it.
     Issue 13 judges the low phases by per-request speed and the whole by total tok/s."""
-    timeline = throughput_timeline(records, start, sum(s for s, _ in phases) + 1.0, bin_s=0.1)
-    out, t = [], 0.0
+    bin_s = 0.1
+    timeline = throughput_timeline(records, start, sum(s for s, _ in phases) + 1.0, bin_s=bin_s)
+    served, out, t = _served(records), [], 0.0
     for seconds, concurrency in phases:
-        sent = [r for r in records if r.error is None and r.end is not None and r.first is not None
-                and t <= r.start - start < t + seconds and r.output_tokens > 1]
-        tpot = percentile([(r.end - r.first) * 1e3 / (r.output_tokens - 1) for r in sent], 50)
-        streamed = sum(v * 0.1 for at, v in timeline if t <= at < t + seconds - 1e-9)
-        out.append({"seconds": seconds, "concurrency": concurrency, "requests": len(sent),
+        tpots = _tpot_ms([r for r in served if t <= r.start - start < t + seconds])
+        tpot = percentile(tpots, 50)
+        streamed = sum(v * bin_s for at, v in timeline if t <= at < t + seconds - 1e-9)
+        out.append({"seconds": seconds, "concurrency": concurrency, "requests": len(tpots),
                     "tpot_p50_ms": _r(tpot), "per_request_tok_per_s": _r(1e3 / tpot if tpot else None, 1),
                     "output_tok_per_s": _r(streamed / seconds, 1)})
         t += seconds
