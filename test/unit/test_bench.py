@@ -253,11 +253,13 @@ def test_throughput_timeline_spreads_tokens_over_each_stream():
 def test_phase_summary_counts_each_request_in_the_phase_it_was_sent_in():
     t0 = 1000.0
     # Phase 1 (0-2 s): two 100 tok/s streams; phase 2 (2-4 s): one 50 tok/s stream sent
-    # at 2.5 s, plus the second phase-1 request, which streams into phase 2.
-    records = [client.Record(start=t0, first=t0, end=t0 + 1.0, output_tokens=101),
-               client.Record(start=t0 + 1.0, first=t0 + 1.0, end=t0 + 3.0, output_tokens=201),
-               client.Record(start=t0 + 2.5, first=t0 + 2.5, end=t0 + 3.5, output_tokens=51),
-               client.Record(start=t0 + 0.5, end=t0 + 0.6, error="HTTP 500")]
+    # at 2.5 s, plus the second phase-1 request, which streams into phase 2. That one was
+    # sent as phase 1 ended by the sender's clock, which starts after ``t0``: its wall-clock
+    # send time (2.01 s) lies in phase 2, but it belongs to the phase it was sent in.
+    records = [client.Record(start=t0, first=t0, end=t0 + 1.0, output_tokens=101, phase=0),
+               client.Record(start=t0 + 2.01, first=t0 + 1.0, end=t0 + 3.0, output_tokens=201, phase=0),
+               client.Record(start=t0 + 2.5, first=t0 + 2.5, end=t0 + 3.5, output_tokens=51, phase=1),
+               client.Record(start=t0 + 0.5, end=t0 + 0.6, error="HTTP 500", phase=0)]
     one, two = metrics.phase_summary(records, t0, ((2.0, 1), (2.0, 8)))
     assert (one["requests"], one["tpot_p50_ms"], one["per_request_tok_per_s"]) == (2, 10.0, 100.0)
     assert (two["requests"], two["tpot_p50_ms"], two["per_request_tok_per_s"]) == (1, 20.0, 50.0)
@@ -274,6 +276,10 @@ def test_phased_load_follows_its_phases(fake):
     assert fake.peak >= 6 and seconds >= 0.8
     early = [r for r in records if r.start - start < 0.25]
     assert 1 <= len(early) <= 20  # one at a time in the first phase
+    # Every request carries the phase it was sent in, in sending order.
+    phases = [r.phase for r in sorted(records, key=lambda r: r.start)]
+    assert set(phases) == {0, 1, 2} and phases == sorted(phases)
+    assert [w.phase_at(t) for t in (0.0, 0.29, 0.3, 0.79, 0.8)] == [0, 0, 1, 2, None]
 
 
 def test_connection_errors_are_recorded():

@@ -33,10 +33,11 @@ class Record:
     error: str | None = None
     constrained: bool = False  # carried a JSON schema
     text: str = ""  # the output text, where the server detokenizes
+    phase: int | None = None  # a phased load's phase it was sent in, by the sender's clock
 
 
-async def _one(session: aiohttp.ClientSession, url: str, req: dict) -> Record:
-    rec = Record(start=time.time(), constrained="json_schema" in req["sampling_params"])
+async def _one(session: aiohttp.ClientSession, url: str, req: dict, phase: int | None = None) -> Record:
+    rec = Record(start=time.time(), constrained="json_schema" in req["sampling_params"], phase=phase)
     try:
         async with session.post(url + "/generate", json={**req, "stream": True}) as r:
             if r.status != 200:
@@ -94,11 +95,11 @@ async def _phased(url: str, make_req, workload: Phased, timeout: float, tick: fl
         n = 0
         while True:
             t = time.monotonic() - t0
-            target = workload.concurrency_at(t)
-            if t >= workload.duration:
+            phase = workload.phase_at(t)
+            if phase is None:
                 break
-            while len(in_flight) < target:
-                task = asyncio.ensure_future(_one(s, url, make_req(n)))
+            while len(in_flight) < workload.phases[phase][1]:
+                task = asyncio.ensure_future(_one(s, url, make_req(n), phase))
                 task.add_done_callback(lambda f: (in_flight.discard(f), records.append(f.result())))
                 in_flight.add(task)
                 n += 1

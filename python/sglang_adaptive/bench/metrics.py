@@ -212,14 +212,16 @@ def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> 
 
 
 def phase_summary(records, start: float, phases) -> list[dict]:
-    """Per phase of a phased load: its requests (those sent during it), their median
-    TPOT and the per-request speed it gives, and the output tok/s streamed during it.
+    """Per phase of a phased load: its requests (those the client sent in it, by the
+    phase it tagged them with: the sender's clock starts a little after ``start``, so
+    the send time would misplace a request sent at a phase's end), their median TPOT
+    and the per-request speed it gives, and the output tok/s streamed during it.
     Issue 13 judges the low phases by per-request speed and the whole by total tok/s."""
     bin_s = 0.1
     timeline = throughput_timeline(records, start, sum(s for s, _ in phases) + 1.0, bin_s=bin_s)
     served, out, t = _served(records), [], 0.0
-    for seconds, concurrency in phases:
-        tpots = _tpot_ms([r for r in served if t <= r.start - start < t + seconds])
+    for i, (seconds, concurrency) in enumerate(phases):
+        tpots = _tpot_ms([r for r in served if r.phase == i])
         tpot = percentile(tpots, 50)
         streamed = sum(v * bin_s for at, v in timeline if t <= at < t + seconds - 1e-9)
         out.append({"seconds": seconds, "concurrency": concurrency, "requests": len(tpots),

@@ -90,14 +90,19 @@ class Phased:
     def duration(self) -> float:
         return sum(seconds for seconds, _ in self.phases)
 
-    def concurrency_at(self, t: float) -> int:
-        """Target concurrency at ``t`` seconds from the start; 0 after the last phase."""
+    def phase_at(self, t: float) -> int | None:
+        """Index of the phase running ``t`` seconds from the start; None after the last."""
         end = 0.0
-        for seconds, concurrency in self.phases:
+        for i, (seconds, _) in enumerate(self.phases):
             end += seconds
             if t < end:
-                return concurrency
-        return 0
+                return i
+        return None
+
+    def concurrency_at(self, t: float) -> int:
+        """Target concurrency at ``t`` seconds from the start; 0 after the last phase."""
+        i = self.phase_at(t)
+        return 0 if i is None else self.phases[i][1]
 
 
 def parse_ints(text: str) -> list[int]:
