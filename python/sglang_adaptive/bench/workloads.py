@@ -86,10 +86,6 @@ class Phased:
     def point(self) -> dict:
         return {"workload": self.kind, "phases": [list(p) for p in self.phases]}
 
-    @property
-    def duration(self) -> float:
-        return sum(seconds for seconds, _ in self.phases)
-
     def phase_at(self, t: float) -> int | None:
         """Index of the phase running ``t`` seconds from the start; None after the last."""
         end = 0.0
@@ -98,11 +94,6 @@ class Phased:
             if t < end:
                 return i
         return None
-
-    def concurrency_at(self, t: float) -> int:
-        """Target concurrency at ``t`` seconds from the start; 0 after the last phase."""
-        i = self.phase_at(t)
-        return 0 if i is None else self.phases[i][1]
 
 
 def parse_ints(text: str) -> list[int]:
