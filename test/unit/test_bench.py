@@ -154,15 +154,33 @@ def test_steady_decode_reads_speculative_windows_apart_from_plain_ones():
     assert metrics.steady_decode(mixed, 32) == {"steady_decode_tok_per_s": 8.0, "steady_windows": 1}
 
 
+def prefill_line(new_seq, running, prefix="[2026-12-06 06:56:37]", iters=""):
+    return (f"{prefix} Prefill batch{iters}, #new-seq: {new_seq}, #new-token: {256 * new_seq}, #cached-token: 0, "
+            f"token usage: 0.01, #running-req: {running}, #queue-req: 0, #pending-token: 0, cuda graph: False, "
+            f"input throughput (token/s): 55278.14\n")
+
+
+def test_prefill_batches_counts_the_prefill_lines():
+    # A wave of 4 in one batch, then one split 1 + 3, between decode lines.
+    log = "".join([prefill_line(4, 0), decode_line(4, 9.0), prefill_line(1, 0), prefill_line(3, 1),
+                   decode_line(4, 9.0)])
+    assert metrics.prefill_batches(log) == {"prefill_batches": 3}
+    # With forward iterations logged, and a TP rank's prefix.
+    assert metrics.prefill_batches(prefill_line(2, 0, iters=" [812]")) == {"prefill_batches": 1}
+    assert metrics.prefill_batches(prefill_line(2, 0, prefix="[2026-12-06 06:56:37 TP0]")) == {"prefill_batches": 1}
+    assert metrics.prefill_batches(decode_line(4, 9.0)) == {}
+
+
 def test_a_closed_point_reads_steady_decode_from_its_own_log_lines(monkeypatch):
-    before = "".join(decode_line(32, t) for t in (1.0, 1.0, 1.0))
-    point = "".join(decode_line(32, t) for t in (50.0, 60.0, 70.0))
+    before = "".join(decode_line(32, t) for t in (1.0, 1.0, 1.0)) + prefill_line(32, 0) * 3
+    point = prefill_line(1, 0) + "".join(decode_line(32, t) for t in (50.0, 60.0, 70.0)) + prefill_line(31, 1)
     logs = iter([before, before + point])
     monkeypatch.setattr(bench.client, "run", lambda url, w, reqs: ([], 0.0, 1.0))
     monkeypatch.setattr(bench.metrics, "summarize", lambda records, seconds: {"output_tok_per_s": 1.0})
     a = bench.parse_args(["--closed", "32", "--rates", "", "--phases", ""])
     row = bench.measure("plain", "u", bench.workloads(a)[0], a, lambda: next(logs), 0)
     assert (row["steady_decode_tok_per_s"], row["steady_windows"]) == (65.0, 2)
+    assert row["prefill_batches"] == 2
 
 
 # -- a fake SGLang /generate ------------------------------------------------------

@@ -100,3 +100,15 @@ def test_the_report_compares_speculative_windows_with_static_eagle3():
     section = report.markdown(rows).split("### Closed loop: steady speculative decode tok/s")[1]
     assert "| 1 | 818.0 | 613.5 | 0.75 (eagle3) |" in section
     assert "steady speculative" not in report.markdown([{**r, "steady_spec_decode_tok_per_s": None} for r in rows])
+
+
+def test_the_report_lists_prefill_batches_without_ratios():
+    # A count, not a speed: no "vs best static" column, whose max-is-best rule would misread it.
+    rows = [{"label": "eagle3", "workload": "closed", "concurrency": 4, "output_tok_per_s": 1488.0,
+             "prefill_batches": 10},
+            {"label": "adaptive-goodput", "workload": "closed", "concurrency": 4, "output_tok_per_s": 1402.0,
+             "prefill_batches": 15}]
+    section = report.markdown(rows).split("### Closed loop: prefill batches")[1].split("###")[0]
+    assert section.splitlines()[2] == "| concurrency | eagle3 | adaptive-goodput |"
+    assert "| 4 | 10 | 15 |" in section
+    assert "prefill batches" not in report.markdown([{**r, "prefill_batches": None} for r in rows])

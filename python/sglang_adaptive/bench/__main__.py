@@ -199,7 +199,9 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     samples = metrics.mode_samples(log_after)
     row.update(metrics.mode_between(before, samples))
     if isinstance(w, Closed):  # its batch size is the concurrency between wave edges
-        row.update(metrics.steady_decode(log_after[len(log_before):], w.concurrency))
+        point_log = log_after[len(log_before):]
+        row.update(metrics.steady_decode(point_log, w.concurrency))
+        row.update(metrics.prefill_batches(point_log))
     if row.get("plain_share"):  # plain tokens count in the total but have no verify
         row["tokens_per_verify"] = None
     if isinstance(w, Phased):

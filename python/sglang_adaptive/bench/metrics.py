@@ -23,6 +23,10 @@ DECODE_OR_MODE_RE = re.compile(
     r"^\[[^\]]*\] (?:Decode batch, #running-req: (\d+),(.*)gen throughput \(token/s\): ([\d.]+)"
     r"|" + STATS_LOG_PATTERN + ")", re.M)
 
+# SGLang's prefill log line, one per prefill batch, on the stats-logging rank only
+# (" [N]" after "Prefill batch" where forward iterations are logged).
+PREFILL_RE = re.compile(r"^\[[^\]]*\] Prefill batch[^,]*, #new-seq: \d+", re.M)
+
 
 def percentile(xs: list[float], q: float) -> float | None:
     """Linear-interpolated percentile, q in [0, 100]; None for no data."""
@@ -184,6 +188,19 @@ def steady_decode(log_text: str, batch_size: int) -> dict:
             out[speed_key] = _r(percentile(speeds, 50), 1)
             out[count_key] = len(speeds)
     return out
+
+
+def prefill_batches(log_text: str) -> dict:
+    """How many prefill batches a load point ran (its own log lines). A closed loop of
+    fixed output lengths ends its requests in waves; whether a wave's successors reach
+    the scheduler in one prefill batch or in two is a race, and the stagger it leaves
+    carries over to the later waves. On the 8B pair at acceptance 3.5, c=4, static
+    EAGLE-3 ran 10 prefill batches for 32 requests and two adaptive servers 15 each,
+    speculating on every batch with the same decode windows: 0.94x end to end
+    (2026-12-06-h100-goodput-full). Where servers differ here, so may their totals,
+    whatever their decode steps."""
+    n = len(PREFILL_RE.findall(log_text))
+    return {"prefill_batches": n} if n else {}
 
 
 @dataclass

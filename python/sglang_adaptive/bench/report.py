@@ -76,14 +76,15 @@ def best_static(values: dict, lower_is_better: bool = False):
 
 
 def ratio_table(rows: list[dict], metric: str = "output_tok_per_s", key: str = "concurrency",
-                workload: str = "closed", lower_is_better: bool = False, digits: int = 1) -> str:
+                workload: str = "closed", lower_is_better: bool = False, digits: int = 1,
+                ratios: bool = True) -> str:
     """Values per configuration and, for non-static ones, the ratio to the best static
     configuration at that load point (higher is better in both cases: for a
-    lower-is-better metric the ratio is best / value)."""
+    lower-is-better metric the ratio is best / value); ``ratios=False``: the values only."""
     labels, table = pivot(rows, metric, key, workload)
     if not table:
         return ""
-    others = [label for label in labels if label not in STATIC]
+    others = [label for label in labels if label not in STATIC] if ratios else []
     head = [key, *labels, *[f"{label} vs best static" for label in others]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for point, values in table.items():
@@ -161,6 +162,9 @@ def markdown(rows: list[dict]) -> str:
          "which every batch speculated: an adaptive server's against static EAGLE-3's, the same "
          "steps on two servers)",
          dict(workload="closed", metric="steady_spec_decode_tok_per_s")),
+        ("Closed loop: prefill batches (a wave's successors in one batch or several, a race the "
+         "later waves inherit: where servers differ here, so may their output tok/s)",
+         dict(workload="closed", metric="prefill_batches", digits=0, ratios=False)),
         ("Open loop: output tok/s against request rate (req/s)", dict(workload="open", key="rate")),
         ("Open loop: TPOT p50 (ms) against request rate (ratio: best static / this)",
          dict(workload="open", key="rate", metric="tpot_p50_ms", lower_is_better=True, digits=2)),
