@@ -78,6 +78,12 @@
 #               (same three), 3.5 at c=16, 32, 128 (same three) and goodput at 1.3, c=16, 32, 128 (~20 min)
 #        goodputrest  goodputnext's last two steps, which its lease did not reach (~9 min):
 #               3.5 at c=16, 32, 128 (no-spec, static EAGLE-3, goodput), goodput at 1.3 there
+#        goodputfull  issue 13's whole 8B sweep on one lease, most wanted first: 2.5 (no-spec, static EAGLE-3,
+#               goodput, threshold 16), 3.5 (the same less no-spec, which does not read the acceptance), 1.3
+#               (goodput, threshold); c=1-128, 8 waves per point (~30 min: a lease reaches 2.5 and most of 3.5)
+#        goodputfull13  goodputfull's 1.3, which its lease did not reach, with its own no-spec rows (~12 min)
+#        goodputlow35  3.5 at c=2, 4 and 16, two rounds (static EAGLE-3, goodput): one server per point split
+#               the fixed-length waves' refills differently (2026-12-06-h100-goodput-full)
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
 #               at 2.5, c=64 (two rounds each, against 3.5's no-spec rows: no-spec does not read the simulated
@@ -304,6 +310,13 @@ if [ "$cmd" = start ]; then
                           --phases 15:2,15:96,15:2 --configs plain,eagle3,adaptive-goodput --out "$W/gn-phased" ;&
             goodputrest) sweep gn-3.5 --acc-len 3.5 --closed 16,32,128 --configs plain,eagle3,adaptive-goodput
                       sweep gn-1.3 --acc-len 1.3 --closed 16,32,128 --configs adaptive-goodput ;;
+            goodputfull) full=(--closed 1,2,4,8,16,32,64,128)
+                      sweep gf-2.5 "${full[@]}" --acc-len 2.5 --configs plain,eagle3,adaptive-goodput,adaptive-threshold
+                      sweep gf-3.5 "${full[@]}" --acc-len 3.5 --configs eagle3,adaptive-goodput,adaptive-threshold
+                      sweep gf-1.3 "${full[@]}" --acc-len 1.3 --configs adaptive-goodput,adaptive-threshold ;;
+            goodputfull13) sweep gf-1.3 --closed 1,2,4,8,16,32,64,128 --acc-len 1.3 \
+                          --configs plain,adaptive-goodput,adaptive-threshold ;;
+            goodputlow35) sweep gl-3.5 --rounds 2 --acc-len 3.5 --closed 2,4,16 --configs eagle3,adaptive-goodput ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput
