@@ -171,7 +171,7 @@ def test_prefill_batches_counts_the_prefill_lines():
     assert metrics.prefill_batches(decode_line(4, 9.0)) == {}
 
 
-def test_a_closed_point_reads_steady_decode_from_its_own_log_lines(monkeypatch):
+def test_a_closed_point_reads_its_own_log_lines(monkeypatch):
     before = "".join(decode_line(32, t) for t in (1.0, 1.0, 1.0)) + prefill_line(32, 0) * 3
     point = prefill_line(1, 0) + "".join(decode_line(32, t) for t in (50.0, 60.0, 70.0)) + prefill_line(31, 1)
     logs = iter([before, before + point])
