@@ -55,6 +55,10 @@ MODES = (PLAIN, SPEC, PROBE, PLAIN_PREFILL, SPEC_PREFILL)
 PER_TOKEN = "per_context_token"
 WINDOW = 31  # samples kept per (mode, bucket); the median ignores the odd slow one
 MIN_SAMPLES = 4
+# The largest share of a decode step's time, at the contexts it was measured at, that a
+# fitted slope may put on the context (StepCosts.slope): at no context a step keeps at
+# least a tenth. The 8B pair's speculative step keeps about half at 300 tokens a request.
+CONTEXT_SHARE = 0.9
 
 
 def bucket(batch_size: int) -> int:
@@ -172,9 +176,25 @@ class StepCosts:
         """The local median decode step time of a mode at a batch size's bucket and
         ``context`` tokens, None below ``min_samples``."""
         mode = SPEC if speculative else PLAIN
-        slope = self.slopes[mode].slope()
+        slope = self.slope(mode)
         at_none = self._at_no_context(mode, bucket(batch_size), slope)
         return None if at_none is None else at_none + slope * context
+
+    def slope(self, mode: str) -> float:
+        """The mode's fitted seconds per token of context, at most what leaves every
+        bucket ``1 - CONTEXT_SHARE`` of its median step at no context. A slope fitted on
+        a few steps over a narrow span of contexts can exceed the steps themselves: on an
+        H100 at acceptance 1.3, 2.5 us a token for speculation (0.43-0.49 at 2.5 and
+        3.5) put batch 128 at -44.8 ms with no context, which read a step at 128 requests
+        of 140 tokens as 0.1 ms (2026-12-06-h100-goodput-full); the tiny pair's plain
+        steps held 0.95 us a token against the 8B pair's 0.05, and -1.16 ms at batch 64."""
+        slope = self.slopes[mode].slope()
+        for (m, b), samples in self._samples.items():
+            if m == mode and len(samples) >= self.min_samples:
+                context = median(self._contexts[(m, b)])
+                if context > 0:
+                    slope = min(slope, CONTEXT_SHARE * median(samples) / context)
+        return slope
 
     def _at_no_context(self, mode: str, bucket_: int, slope: float) -> float | None:
         samples = self._samples.get((mode, bucket_))
@@ -193,7 +213,7 @@ class StepCosts:
         self._contexts.pop((mode, bucket_), None)
 
     def table(self) -> dict[str, dict]:
-        slopes = {mode: slope.slope() for mode, slope in self.slopes.items()}
+        slopes = {mode: self.slope(mode) for mode in self.slopes}
         out: dict[str, dict] = {mode: {} for mode in MODES}
         for mode, b in self._samples:
             t = self._at_no_context(mode, b, slopes.get(mode, 0.0))

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+from statistics import median
 import threading
 
 import pytest
@@ -218,6 +219,38 @@ def test_the_steps_after_a_refill_do_not_set_the_slope():
         for i, (b, context, seconds) in enumerate(waves_of_steps(64, 10e-3, 0.5e-6, waves=1, tokens_per_step=4)):
             c.add(b, context, seconds * (1.3 if i < 2 and wave else 1.0))
     assert c.slope() == pytest.approx(0.5e-6, rel=0.01)
+
+
+def test_a_slope_never_takes_more_than_nine_tenths_of_the_steps_it_was_fitted_on():
+    """The H100 at acceptance 1.3 (2026-12-06-h100-goodput-full): speculation's steps at
+    batch 128 gave 2.5 us a token, -44.8 ms with no context, which reads a step at 128
+    requests of 140 tokens as 0.1 ms and puts speculation at 1.3 tokens a step far ahead
+    of plain's 8 ms. Capped where the bucket would keep less than a tenth of its median
+    step with no context, the slope prices that step above plain's. The 8B pair's
+    fitted costs (11.47 ms + 0.5 us a token at batch 64) keep their slope."""
+    c = costs.StepCosts()
+    for i in range(60):  # 1.3 tokens a step for 128 requests
+        context = 33000 + 166 * i
+        c.add(True, 128, -44.8e-3 + 2.5e-6 * context, context)
+    assert c.slopes[costs.SPEC].slope() == pytest.approx(2.5e-6)
+    samples, contexts = c._samples[(costs.SPEC, 128)], c._contexts[(costs.SPEC, 128)]
+    table = c.table()
+    capped = table[costs.PER_TOKEN][costs.SPEC]
+    assert capped == pytest.approx(0.9 * median(samples) / median(contexts)) and capped < 1.3e-6
+    assert table[costs.SPEC][128] == pytest.approx(0.1 * median(samples))
+    assert c.step_time(True, 128, 128 * 140) == pytest.approx(table[costs.SPEC][128] + capped * 128 * 140)
+    p = GoodputPolicy(K)
+    p.set_costs({**table, costs.PLAIN: {1: 6.21e-3, 128: 7.04e-3},
+                 costs.PER_TOKEN: {costs.PLAIN: 0.061e-6, costs.SPEC: capped}})
+    for i in range(40):  # 1.3 tokens a step
+        p.acceptance.update([1 if i % 10 < 3 else 0] * 128, i)
+    p._speculating = False
+    assert p._predict(128, 128 * 140).t_spec > 2 * p._predict(128, 128 * 140).t_plain
+    assert not p.speculate(128, 128 * 140)
+    healthy = costs.StepCosts()
+    for b, context, seconds in waves_of_steps(64, 11.47e-3, 0.5e-6, tokens_per_step=4):
+        healthy.add(True, b, seconds, context)
+    assert healthy.table()[costs.PER_TOKEN][costs.SPEC] == pytest.approx(0.5e-6, rel=1e-6)
 
 
 def test_the_controller_files_each_step_at_its_batchs_context_and_shares_the_slopes(tmp_path):
