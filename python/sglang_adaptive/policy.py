@@ -299,15 +299,19 @@ class GoodputPolicy(ModePolicy):
       does not change the mode the policy is in, nor does a batch the controller
       made speculate against the policy's answer (grammar, with SGLANG_ADAPTIVE_PLAIN_GRAMMAR=0);
     - where a bucket's speculative time looks stale (``_stale_spec``: measured slower
-      than at a larger batch, and never since by speculation the policy chose), the
-      probe due is a refresh instead: ``REFRESH_STEPS`` speculative steps in a row, the
-      bucket's old samples dropped (``stale_buckets``), so that it files a fresh
-      step time; a lone probe files none. Exploration's few samples come from whatever
-      ran then: on the tiny pair at c=1, 5.9 ms a step from the warm-up's last requests
-      against 3.2 ms steady, which kept the policy plain for 70% of the batches where
-      speculation paid. For this reason at most once per bucket: ``REFRESH_STEPS`` - 1
-      speculative steps beyond the probe budget per bucket for the life of the server,
-      none where the times grow with the batch (the 8B pair's);
+      than at a larger batch, which a step of fewer requests cannot be in steady
+      state), the probe due is a refresh instead: ``REFRESH_STEPS`` speculative steps
+      in a row, the bucket's old samples dropped (``stale_buckets``), so that it files
+      a fresh step time; a lone probe files none. Such a time came from whatever ran
+      then: on the tiny pair at c=1, 5.9 ms a step from the warm-up's last requests
+      against 3.2 ms steady kept the policy plain for 70% of the batches where
+      speculation paid, and a host stall while it speculated there (H100, 2026-12-06)
+      filed 6.17 ms against 3.0, which put plain ahead even of every draft accepted, so
+      no probe was due and it stayed plain for 64% of c=1's batches. A stale time
+      therefore does not rule out its probe. The first refresh of a bucket comes at the
+      probe due; a later one only after ``REFRESH_STEPS`` probe intervals, so that
+      refreshes too stay within the probe budget; none where the times grow with the
+      batch (the 8B pair's);
     - the probe due is a refresh too where the call is close (the estimate as it
       stands puts speculation within the hysteresis of plain, or ahead, but not surely
       ahead), as often as probes come. There a lone probe cannot settle
@@ -366,6 +370,8 @@ class GoodputPolicy(ModePolicy):
         # Buckets whose speculative (plain) time comes from steps the policy chose or a refresh.
         self._steady: set[int] = set()
         self._steady_plain: set[int] = set()
+        # Buckets whose speculative time a refresh has re-measured while it looked stale.
+        self._refreshed: set[int] = set()
         self._refresh_left = 0  # steps of the refresh under way
         self._refresh_spec = True  # its mode
         self._extensions = 0  # rounds of the speculative refresh under way beyond its first
@@ -505,8 +511,11 @@ class GoodputPolicy(ModePolicy):
             self._extensions = 0
             b = costs.bucket(batch_size)
             if speculative:
-                why = REFRESH_STALE if self._stale_spec(batch_size) else REFRESH_CLOSE
-                self._steady.add(b)  # a stale time is refreshed once per bucket
+                stale = b in self._slower[costs.SPEC]
+                why = REFRESH_STALE if stale else REFRESH_CLOSE
+                self._steady.add(b)
+                if stale:
+                    self._refreshed.add(b)  # the next refresh of a stale time waits longer
                 self._plain_run = 0  # the next probe is due an interval after it
             else:
                 why = REFRESH_STALE
@@ -557,19 +566,24 @@ class GoodputPolicy(ModePolicy):
             answer = self._answers[batch_size, context] = self._answer(batch_size, context)
         return answer
 
-    def _stale_spec(self, batch_size: int) -> bool:
-        """Whether this bucket's speculative time needs measuring again: the policy has
-        not chosen to speculate here, and a larger batch's speculative step was measured
-        faster, which a step of fewer requests cannot be in steady state."""
-        return self._stale_in(costs.SPEC, self._steady, batch_size)
+    def _stale_spec(self, batch_size: int, interval: int = 0) -> bool:
+        """Whether this bucket's speculative time needs measuring again: a larger batch's
+        speculative step was measured faster, which a step of fewer requests cannot be
+        in steady state, whatever ran the steps that filed it (a stall while the policy
+        speculated there, the warm-up's tail). Once a refresh has re-measured it, again
+        only after ``REFRESH_STEPS`` times ``interval`` plain steps in a row (the probe
+        interval): a refresh then costs what that many lone probes would."""
+        b = costs.bucket(batch_size)
+        if b not in self._slower[costs.SPEC]:
+            return False
+        return b not in self._refreshed or self._plain_run >= self.REFRESH_STEPS * interval
 
     def _stale_plain(self, batch_size: int) -> bool:
-        """The same for the plain time, where the policy has not chosen plain."""
-        return self._stale_in(costs.PLAIN, self._steady_plain, batch_size)
-
-    def _stale_in(self, mode: str, steady: set, batch_size: int) -> bool:
+        """Whether this bucket's plain time needs measuring again while speculating:
+        slower than a larger batch's, and never since by plain steps the policy chose
+        or a refresh (no probe interval bounds plain refreshes: once per bucket)."""
         b = costs.bucket(batch_size)
-        return b not in steady and b in self._slower[mode]
+        return b not in self._steady_plain and b in self._slower[costs.PLAIN]
 
     def _answer(self, batch_size: int, context: int) -> tuple[bool, str]:
         if self._refresh_left:
@@ -603,17 +617,20 @@ class GoodputPolicy(ModePolicy):
         # ahead, plain for some 1,100 steps at 7 verifies a round).
         if self._may_extend and spec > plain * (1 + self.hysteresis):
             return True, "refresh"
-        # A probe only pays where its verify could change the answer: not where even
-        # every draft accepted (k + 1 tokens a step) would leave plain ahead (8B pair,
-        # batch 128: a speculative step costs 5 plain ones, k + 1 = 4). The plain run
-        # keeps counting, so the first batch small enough probes at once.
-        if p.best <= plain * (1 + self.hysteresis):
-            return False, "goodput"
         windows = self.costs[costs.PROBE]
         t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
-        if self._plain_run >= self.probe_interval(p.t_plain, p.t_spec, t_window):
+        interval = self.probe_interval(p.t_plain, p.t_spec, t_window)
+        stale = self._stale_spec(batch_size, interval)
+        # A probe only pays where its verify could change the answer: not where even
+        # every draft accepted (k + 1 tokens a step) would leave plain ahead (8B pair,
+        # batch 128: a speculative step costs 5 plain ones, k + 1 = 4), unless that rests
+        # on a stale time. The plain run keeps counting, so the first batch small enough
+        # probes at once.
+        if p.best <= plain * (1 + self.hysteresis) and not stale:
+            return False, "goodput"
+        if self._plain_run >= interval:
             close = spec >= plain * (1 - self.hysteresis)
-            return True, "refresh" if close or self._stale_spec(batch_size) else "probe"
+            return True, "refresh" if close or stale else "probe"
         return False, "goodput"
 
     def _predict(self, batch_size: int, context: int = 0, derive: bool = True) -> Prediction:

@@ -734,10 +734,16 @@ def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_ste
     assert syncs.index(True) == GoodputPolicy.REFRESH_STEPS - 1, "the fresh samples are shared after it"
     p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 3.2, 4: 3.3}))
     assert p.speculate(1) is True, "the fresh time shows speculation paying"
-    # Once per bucket: the next probe due there is a lone step.
-    put(p, _speculating=False, _plain_run=10_000)
+    # Stale again: the next probe due there is a lone step, and a refresh comes only
+    # after REFRESH_STEPS probe intervals, within the probe budget.
     p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 7.0, 4: 3.3}))
+    interval = p.probe_interval(2.1e-3, 7.0e-3)
+    put(p, _speculating=False, _plain_run=interval)
     assert p._decide(1) == (True, "probe")
+    put(p, _plain_run=GoodputPolicy.REFRESH_STEPS * interval - 1)
+    assert p._decide(1) == (True, "probe")
+    put(p, _plain_run=GoodputPolicy.REFRESH_STEPS * interval)
+    assert p._decide(1) == (True, "refresh")
 
 
 def test_no_refresh_where_speculative_times_grow_with_the_batch():
@@ -845,7 +851,9 @@ def test_the_controller_files_what_a_prefill_batch_adds_and_tells_the_policy_aft
 
 
 def test_a_prefill_next_to_a_switch_or_another_prefill_files_nothing():
-    for spec_at, second_prefill_after in ((9, None), (11, None), (None, 11)):
+    # A speculative step at 8 makes 9 the first plain step, which pays the switch back
+    # and whose GPU time the interval holding the prefill includes.
+    for spec_at, second_prefill_after in ((8, None), (9, None), (11, None), (None, 11)):
         clock, policy = Clock(), Recording()
         c = ctl.AdaptiveModeController(policy, spec_width=K + 1, clock=clock)
         forward, launched = 0, None

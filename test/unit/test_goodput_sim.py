@@ -207,6 +207,33 @@ def test_a_stale_speculative_time_is_measured_again_where_it_keeps_the_policy_pl
     assert tokens / seconds / best >= 0.97, tokens / seconds / best
 
 
+def test_a_stall_while_speculating_does_not_keep_the_policy_plain(caplog):
+    """The tiny pair at c=1 on an H100 (2026-12-06): the policy speculated at batch 1
+    (3.0 ms a step for 2.79 tokens against 1.5 ms plain) until a host stall filed some
+    40 steps at 6.2 ms, which made the bucket's median 6.17 ms, slower than batch 64's
+    4.47. That put plain ahead even of every draft accepted (4 tokens in 6.2 ms), so no
+    probe was due, and the bucket, chosen by the policy, did not count as stale: plain
+    for 64% of the point's batches. A time slower than a larger batch's is re-measured
+    whatever filed it, at the probe due."""
+    plain, spec = {1: 1.5e-3, 64: 2.2e-3}, {1: 3.0e-3, 64: 4.47e-3}
+    server = Server(2.79, plain=plain, spec=spec)
+    server.run(64, 300)  # the warm-up: both modes measured at 64
+    server.run(1, 300)
+    assert costs.bucket(1) in server.c.policy._steady, "speculation at 1 was the policy's choice"
+    server.spec = {1: 6.2e-3, 64: 4.47e-3}  # the stall
+    server.run(1, 40)
+    server.spec = spec
+    server.run(1, 40)
+    assert not server.c.policy.speculate(1), "the stalled samples must put plain ahead first"
+    spec_before = server.spec_steps
+    with caplog.at_level("INFO", logger=ctl.logger.name):
+        tokens, seconds = server.run(1, 2000)
+    assert "re-measuring the speculative step at batch bucket 1: it was measured slower" in caplog.text
+    assert server.spec_steps - spec_before >= 0.75 * 2000, server.spec_steps - spec_before
+    best = max(1 / plain[1], 2.79 / spec[1])
+    assert tokens / seconds / best >= 0.9, tokens / seconds / best
+
+
 def test_an_exploration_runs_on_while_the_batch_size_wanders():
     """The tiny pair's c=8 in a closed loop (2026-12-02, round 2): batches of 5 to 8
     requests as requests finish and join, plain measured only at 1, 6 and 16. At 5 or 7
