@@ -84,6 +84,8 @@
 #        goodputfull13  goodputfull's 1.3, which its lease did not reach, with its own no-spec rows (~12 min)
 #        goodputlow35  3.5 at c=2, 4 and 16, two rounds (static EAGLE-3, goodput): one server per point split
 #               the fixed-length waves' refills differently (2026-12-06-h100-goodput-full)
+#        goodputtiny  the tiny pair at c=1, 8, 64 (no-spec, static EAGLE-3, goodput), output lengths fixed at
+#               128 and spread over 64-192 (2026-12-06-h100-goodput-13-low35-tiny; ~9 min)
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
 #               at 2.5, c=64 (two rounds each, against 3.5's no-spec rows: no-spec does not read the simulated
@@ -317,6 +319,9 @@ if [ "$cmd" = start ]; then
             goodputfull13) sweep gf-1.3 --closed 1,2,4,8,16,32,64,128 --acc-len 1.3 \
                           --configs plain,adaptive-goodput,adaptive-threshold ;;
             goodputlow35) sweep gl-3.5 --rounds 2 --acc-len 3.5 --closed 2,4,16 --configs eagle3,adaptive-goodput ;;
+            goodputtiny) tiny=(--pair tiny --in-len 64 --closed 1,8,64 --configs plain,eagle3,adaptive-goodput)
+                      GOODPUT_RPC=16 sweep gt-tiny "${tiny[@]}" --out-len 128
+                      GOODPUT_RPC=16 sweep gt-tiny-spread "${tiny[@]}" --out-len 192 --out-len-min 64 ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput
