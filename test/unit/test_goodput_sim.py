@@ -473,6 +473,21 @@ def test_a_plain_prefill_price_derived_from_speculations_does_not_keep_it_specul
     assert out["goodput table"][costs.PLAIN_PREFILL][64] == pytest.approx(3.6e-3)
 
 
+def test_the_tiny_pair_with_spread_lengths_speculates_at_64_on_its_measured_prices():
+    """The tiny pair at c=64 on an H100, output lengths 64-192 (2026-12-06 session 33):
+    the goodput server's steps at 64 (plain 2.2 ms, speculative 4.46 ms for 2.9 tokens,
+    context included) and what a prefill batch came to outside decode steps on the static
+    servers (no-spec 4.8 ms, EAGLE-3 7.5 ms). The simulated statics land within 1.5% of
+    the GPU's (15,979 and 18,437 tok/s). On these prices goodput speculates; on the GPU
+    its table priced speculation's prefill at 16.6 ms and it ran plain at 0.73x EAGLE-3."""
+    plain, spec = {1: 1.46e-3, 8: 1.51e-3, 64: 2.2e-3}, {1: 2.93e-3, 8: 2.95e-3, 64: 4.46e-3}
+    out = static_and_goodput(2.9, 64, plain, spec, prefill=(128, 4.8e-3, 7.5e-3), mode="request")
+    assert out["spec"] == pytest.approx(18437, rel=0.015) and out["plain"] == pytest.approx(15979, rel=0.015), out
+    assert out["goodput"] >= 0.98 * out["spec"], out
+    assert out["goodput speculative share"] >= 0.95, out
+    assert out["goodput table"][costs.SPEC_PREFILL][64] == pytest.approx(7.5e-3)
+
+
 # The 8B pair with in/out 256 (2026-12-05-h200-goodput-misses, decode log windows of no-spec
 # and static EAGLE-3 fitted per batch size): a step at no context, and what each token of
 # context in the batch adds, 0.05 us plain and 0.5 us speculative; at batch 64 a
