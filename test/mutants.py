@@ -85,11 +85,12 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput_sim.py::test_a_stall_while_speculating_does_not_keep_the_policy_plain",),
            why="a host stall while speculating put plain ahead of every draft accepted, and with no probe "
                "due the policy stayed plain (64% of the tiny pair's c=1 batches on an H100)"),
-    Mutant("goodput-chosen-time-never-stale", "policy.py",
+    Mutant("goodput-stale-time-refreshed-once-for-good", "policy.py",
            "        return b not in self._refreshed or self._plain_run >= self.REFRESH_STEPS * interval",
-           "        return b not in self._steady",
-           (U + "test_goodput_sim.py::test_a_stall_while_speculating_does_not_keep_the_policy_plain",),
-           why="a time filed during a stall in steps the policy chose would never count as stale"),
+           "        return b not in self._refreshed",
+           (U + "test_goodput.py::test_the_first_probe_where_speculation_was_only_explored_re_measures_its_step_time",),
+           why="a bucket refreshed once would never be refreshed again: a second stall there would keep "
+               "the policy plain for good"),
     Mutant("goodput-stale-refreshes-unbudgeted", "policy.py",
            "        return b not in self._refreshed or self._plain_run >= self.REFRESH_STEPS * interval",
            "        return True",

@@ -367,8 +367,7 @@ class GoodputPolicy(ModePolicy):
         self._plain_run = 0
         self._speculating: bool | None = None  # the mode the policy is in; probes leave it
         self._explored = 0  # exploration steps launched since the last sync they asked for
-        # Buckets whose speculative (plain) time comes from steps the policy chose or a refresh.
-        self._steady: set[int] = set()
+        # Buckets whose plain time comes from plain steps the policy chose or a refresh.
         self._steady_plain: set[int] = set()
         # Buckets whose speculative time a refresh has re-measured while it looked stale.
         self._refreshed: set[int] = set()
@@ -500,8 +499,8 @@ class GoodputPolicy(ModePolicy):
             self._explore_left = (self._explore_left or self.EXPLORE_SYNC) - 1
         self._plain_run = 0 if speculative else self._plain_run + 1
         self._speculating = speculative
-        if why == "goodput":
-            (self._steady if speculative else self._steady_plain).add(costs.bucket(batch_size))
+        if why == "goodput" and not speculative:
+            self._steady_plain.add(costs.bucket(batch_size))
 
     def _refresh_step(self, batch_size: int, speculative: bool, continuing: bool) -> None:
         if not self._refresh_left and continuing:  # the first step of another round
@@ -513,7 +512,6 @@ class GoodputPolicy(ModePolicy):
             if speculative:
                 stale = b in self._slower[costs.SPEC]
                 why = REFRESH_STALE if stale else REFRESH_CLOSE
-                self._steady.add(b)
                 if stale:
                     self._refreshed.add(b)  # the next refresh of a stale time waits longer
                 self._plain_run = 0  # the next probe is due an interval after it
@@ -566,7 +564,7 @@ class GoodputPolicy(ModePolicy):
             answer = self._answers[batch_size, context] = self._answer(batch_size, context)
         return answer
 
-    def _stale_spec(self, batch_size: int, interval: int = 0) -> bool:
+    def _stale_spec(self, batch_size: int, interval: int) -> bool:
         """Whether this bucket's speculative time needs measuring again: a larger batch's
         speculative step was measured faster, which a step of fewer requests cannot be
         in steady state, whatever ran the steps that filed it (a stall while the policy

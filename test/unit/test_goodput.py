@@ -725,7 +725,7 @@ def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_ste
     # Speculation at batch 1 measured (by exploration) at 7 ms: worse than plain.
     p.set_costs(table(plain={1: 2.1, 4: 2.2}, spec={1: 7.0, 4: 3.3}))
     feed(p, accepted=2, steps=30, batch=4)  # about 2.9 tokens a step, speculating at 4
-    assert costs.bucket(4) in p._steady and 1 not in p._steady
+    assert p._speculating is True and p._slower[costs.SPEC] == {1}, "speculating at 4; 1 is stale"
     put(p, _speculating=False, _plain_run=10_000)
     assert p._decide(1) == (True, "refresh")
     modes, syncs, dropped = refresh_steps(p, accepted=2)
@@ -1071,7 +1071,7 @@ def close_refresh(during: list[int]) -> tuple[int, list, tuple]:
     p.set_costs(table(plain={64: 6.91}, spec={64: 22.5}))
     for i in range(20):
         p.acceptance.update([2 + i % 2] * 64, i)
-    put(p, _speculating=False, _plain_run=10_000, _steady={64}, _launched=20)
+    put(p, _speculating=False, _plain_run=10_000, _launched=20)
     assert p._decide(64) == (True, "refresh")
     steps, dropped = 0, []
     while p._decide(64)[1] == "refresh" and steps < 100:

@@ -219,7 +219,7 @@ def test_a_stall_while_speculating_does_not_keep_the_policy_plain(caplog):
     server = Server(2.79, plain=plain, spec=spec)
     server.run(64, 300)  # the warm-up: both modes measured at 64
     server.run(1, 300)
-    assert costs.bucket(1) in server.c.policy._steady, "speculation at 1 was the policy's choice"
+    assert server.c.policy.speculate(1), "the policy speculates at 1 before the stall"
     server.spec = {1: 6.2e-3, 64: 4.47e-3}  # the stall
     server.run(1, 40)
     server.spec = spec
@@ -323,9 +323,8 @@ def test_a_close_call_re_measures_a_speculative_time_once_too_slow(caplog):
     server.c.sync()
     for i in range(200):
         policy.acceptance.update(server._accepted(1), i)
-    policy._steady.add(1)
     policy._launched = 200
-    assert not policy._stale_spec(1) and not policy.speculate(1)
+    assert 1 not in policy._slower[costs.SPEC] and not policy.speculate(1), "not stale: a close call"
     with caplog.at_level("INFO", logger=ctl.logger.name):
         server.run(1, 3000)
     assert "re-measuring the speculative step at batch bucket 1: speculation and plain decode" in caplog.text
