@@ -52,10 +52,7 @@
 #        goodputmid  issue 13 at c=32 and 64, where goodput missed 0.98x by 2-3% (2026-12-01-h200-goodput-rounds):
 #               no-spec and goodput at 2.5, two rounds, then goodput at 1.3, one (about 10 minutes;
 #               the keep-warm's share of the gap: kwside)
-#        goodputtiny  issue 13's tiny trained pair (real acceptance) at c=1, 8, 64, 16 waves, two rounds
-#               (GOODPUT_ROUNDS): no-spec, static EAGLE-3, goodput; host-bound, so one server's throughput
-#               moves by up to 30% between leases
-#        goodputspread  goodputtiny with output lengths 32-128 (--out-len-min 32): requests finish apart, so
+#        goodputspread  the tiny pair at c=1, 8, 64, output lengths 32-128 (--out-len-min 32), two rounds: requests finish apart, so
 #               no server's prefills come in synchronised waves (with one length, speculating servers ran
 #               3.5x as many prefill batches as no-spec: 2026-12-02-h200-goodput-mid)
 #        goodputspread8b  the 8B pair with output lengths 128-384 (mean 256, --out-len-min 128): no-spec,
@@ -86,6 +83,8 @@
 #               the fixed-length waves' refills differently (2026-12-06-h100-goodput-full)
 #        goodputtiny  the tiny pair at c=1, 8, 64 (no-spec, static EAGLE-3, goodput), output lengths fixed at
 #               128 and spread over 64-192 (2026-12-06-h100-goodput-13-low35-tiny; ~9 min)
+#        tinyspread2  goodputtiny's spread half (64-192) in two rounds (a, b, c, a, b, c on fresh servers;
+#               ~8 min): one server's speculative steps ran 0.86-1.18x another's on this host-bound pair
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
 #               at 2.5, c=64 (two rounds each, against 3.5's no-spec rows: no-spec does not read the simulated
@@ -106,6 +105,7 @@
 #        keepwarm  issue 14: the draft keep-warm GPU test on the tiny pair (fp32: tokens against
 #               no-spec, tokens per verify per strategy, recovery after 50-step plain stretches, the
 #               K/V check)
+#        keepwarmkv  the keep-warm test's kv configurations only (with no-spec and static EAGLE-3)
 #        kwside  the kv writer on its side stream: the keep-warm test's alternate-1 kv configurations
 #               (tokens, K/V check, unchecked kv's tokens per verify), then its cost always plain at
 #               c=32 and 64 (none, kv on the side stream; kv on the forward stream in kwsame; ~11 min)
@@ -294,8 +294,6 @@ if [ "$cmd" = start ]; then
                       sweep gr-3.5 --rounds 2 --acc-len 3.5 --closed 64,128 --configs adaptive-goodput ;;
             goodputmid) sweep gm-2.5 --rounds 2 --acc-len 2.5 --closed 32,64 --configs plain,adaptive-goodput
                       sweep gm-1.3 --acc-len 1.3 --closed 32,64 --configs adaptive-goodput ;;
-            goodputtiny) GOODPUT_RPC=16 sweep gt-tiny --pair tiny --in-len 64 --out-len 128 --closed 1,8,64 \
-                            --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
             goodputspread) GOODPUT_RPC=16 sweep gs-tiny --pair tiny --in-len 64 --out-len 128 --out-len-min 32 \
                             --closed 1,8,64 --rounds "${GOODPUT_ROUNDS:-2}" --configs plain,eagle3,adaptive-goodput ;;
             goodputspread8b) sweep gs8-2.5 --acc-len 2.5 --closed 32 --out-len 384 --out-len-min 128 \
@@ -322,6 +320,8 @@ if [ "$cmd" = start ]; then
             goodputtiny) tiny=(--pair tiny --in-len 64 --closed 1,8,64 --configs plain,eagle3,adaptive-goodput)
                       GOODPUT_RPC=16 sweep gt-tiny "${tiny[@]}" --out-len 128
                       GOODPUT_RPC=16 sweep gt-tiny-spread "${tiny[@]}" --out-len 192 --out-len-min 64 ;;
+            tinyspread2) GOODPUT_RPC=16 sweep gt-tiny-spread2 --pair tiny --in-len 64 --closed 1,8,64 --rounds 2 \
+                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput

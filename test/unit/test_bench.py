@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -583,9 +584,14 @@ def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path
     class FakeServer:
         def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
             self.label, self.url = label, fake.url
+            flag = "--speculative-cost-table-path"
+            self.table = args[args.index(flag) + 1] if flag in args else None
 
         def start(self):
             started.append(self.label)
+            if self.table:  # as the server writes it at its syncs
+                Path(self.table).write_text(json.dumps({"seconds_per_step": {"plain": {"1": 0.002}},
+                                                        "server": self.label}))
 
         def stop(self):
             pass
@@ -602,6 +608,10 @@ def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path
     assert [(r["label"], r["round"]) for r in rows] == [("plain", 1), ("adaptive-goodput", 1),
                                                         ("plain", 2), ("adaptive-goodput", 2)]
     assert "over rounds" in (tmp_path / "report.md").read_text()
+    # Only the goodput servers keep a table, each its own, read after every point.
+    tables = [json.loads(x) for x in (tmp_path / "cost-tables.jsonl").read_text().splitlines()]
+    assert [(t["label"], t["round"], t["concurrency"], t["table"]["server"]) for t in tables] == [
+        ("adaptive-goodput", 1, 2, "adaptive-goodput-round1"), ("adaptive-goodput", 2, 2, "adaptive-goodput-round2")]
     assert "[4/4 adaptive-goodput-round2] closed c=2" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["--rounds", "0", "--dry-run"])

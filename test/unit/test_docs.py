@@ -135,3 +135,15 @@ def test_readme_links_the_documents():
     readme = (REPO / "README.md").read_text()
     for doc in ("docs/operators-guide.md", "docs/design.md", "docs/upstream-pr.md"):
         assert f"]({doc})" in readme, doc
+
+
+def test_every_gpu_host_run_step_is_handled_once_and_named_in_its_header():
+    """A step named twice in gpu-host-run.sh's case runs the first body only: the
+    second is dead and its lease spends device time on a run nobody asked for."""
+    text = (Path(__file__).resolve().parents[2] / "scripts" / "gpu-host-run.sh").read_text()
+    steps = re.findall(r"^ {12}([a-z0-9]+)\)", text, re.M)
+    twice = sorted({s for s in steps if steps.count(s) > 1})
+    assert not twice, f"gpu-host-run.sh handles these steps more than once: {twice}"
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    unnamed = [s for s in steps if not re.search(rf"(^#\s+(Steps: )?|; ){s}[\s:]", header, re.M)]
+    assert not unnamed, f"steps without a line in gpu-host-run.sh's header: {unnamed}"

@@ -9,7 +9,8 @@ waited for, driven through every workload and stopped before the next starts:
   phased   a time-varying closed loop, phases of low and high concurrency (--phases)
 
 Writes OUT/results.jsonl (one row per configuration x load point, appended as it
-goes), OUT/report.md, PNG plots and the server logs.
+goes), OUT/report.md, PNG plots and the server logs; a goodput server's step-cost
+table after each point goes to OUT/cost-tables.jsonl.
 
 examples (GPU host):
   python -m sglang_adaptive.bench --out benchmark/results/latest
@@ -237,7 +238,10 @@ def main(argv=None, server_factory=Server) -> int:
     served = [(r, cfg) for r in range(1, a.rounds + 1) for cfg in plan]
     for i, (rnd, cfg) in enumerate(served, 1):
         name = cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}"
-        srv = server_factory(name, cfg.args, cfg.env, log_dir=out, port=a.port,
+        # The table the policy decided with, after each point: how its prices moved.
+        table = out / f"cost-table-{name}.json" if cfg.decides_by_costs else None
+        args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else cfg.args
+        srv = server_factory(name, args, cfg.env, log_dir=out, port=a.port,
                              skip_tokenizer_init=not cfg.tokenizer)
         t0 = time.time()
         try:
@@ -254,6 +258,10 @@ def main(argv=None, server_factory=Server) -> int:
                 rows.append(row)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
+                if table is not None and table.exists():
+                    with (out / "cost-tables.jsonl").open("a") as f:
+                        f.write(json.dumps({"label": cfg.label, "round": rnd, **w.point,
+                                            "table": json.loads(table.read_text())}) + "\n")
                 share = row.get("plain_share")
                 print(f"[{i}/{len(served)} {name}] {describe(w)}: {row['output_tok_per_s']:.1f} tok/s, "
                       f"TPOT p50 {row['tpot_p50_ms']} ms, TTFT p50 {row['ttft_p50_ms']} ms"

@@ -82,6 +82,13 @@ class ServerConfig:
     strategy: str | None = None  # --speculative-draft-keep-warm, where set (the rows' `strategy`)
     tokenizer: bool = False  # the server detokenizes (structured output needs the tokenizer)
 
+    @property
+    def decides_by_costs(self) -> bool:
+        """The goodput policy: the bench keeps its step-cost table after every point."""
+        args = [str(x) for x in self.args]
+        i = args.index("--speculative-switch-policy") if "--speculative-switch-policy" in args else -1
+        return i >= 0 and args[i + 1] == "goodput"
+
     def command(self) -> str:
         env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
         return " ".join(filter(None, [env, "python -m sglang.launch_server", *map(str, self.args)]))
