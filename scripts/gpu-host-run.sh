@@ -84,7 +84,9 @@
 #        goodputtiny  the tiny pair at c=1, 8, 64 (no-spec, static EAGLE-3, goodput), output lengths fixed at
 #               128 and spread over 64-192 (2026-12-06-h100-goodput-13-low35-tiny; ~9 min)
 #        tinyspread2  goodputtiny's spread half (64-192) in two rounds (a, b, c, a, b, c on fresh servers;
-#               ~8 min): one server's speculative steps ran 0.86-1.18x another's on this host-bound pair
+#               ~8 min): one server's speculative steps ran 0.86-1.18x another's on this host-bound pair;
+#               the goodput servers log why each batch ran in its mode (--decision-log)
+#        tinyc1  tinyspread2's c=1 alone, static EAGLE-3 and goodput, 48 requests each (~4 min cold)
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
 #               at 2.5, c=64 (two rounds each, against 3.5's no-spec rows: no-spec does not read the simulated
@@ -320,8 +322,10 @@ if [ "$cmd" = start ]; then
             goodputtiny) tiny=(--pair tiny --in-len 64 --closed 1,8,64 --configs plain,eagle3,adaptive-goodput)
                       GOODPUT_RPC=16 sweep gt-tiny "${tiny[@]}" --out-len 128
                       GOODPUT_RPC=16 sweep gt-tiny-spread "${tiny[@]}" --out-len 192 --out-len-min 64 ;;
+            tinyc1) GOODPUT_RPC=48 sweep gt-tiny-c1 --pair tiny --in-len 64 --closed 1 \
+                          --configs eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log ;;
             tinyspread2) GOODPUT_RPC=16 sweep gt-tiny-spread2 --pair tiny --in-len 64 --closed 1,8,64 --rounds 2 \
-                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 ;;
+                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
                       sweep gx-2.5 --acc-len 2.5 --closed 64 --configs adaptive-goodput
                       sweep gx-1.3 --acc-len 1.3 --closed 32,128 --configs adaptive-goodput

@@ -267,6 +267,14 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py::test_a_prefill_next_to_a_switch_or_another_prefill_files_nothing",),
            why="the first step after a switch pays for it, and its time would be filed as a prefill's: "
                "speculation's prefills at 16.6 ms on the tiny pair at batch 64 against static EAGLE-3's 7.5"),
+    Mutant("decision-log-after-launch", "controller.py",
+           "        self.decisions.record(self.policy, speculative, batch_size, context)\n"
+           "        self.policy.on_launch(speculative, batch_size, context)\n",
+           "        self.policy.on_launch(speculative, batch_size, context)\n"
+           "        self.decisions.record(self.policy, speculative, batch_size, context)\n",
+           (U + "test_goodput.py::test_the_decision_log_writes_each_decode_batch_as_the_policy_decided_it",),
+           why="the log would give the policy's answer for the next batch, not the one it ran: "
+               "a probe would read as a plain decision"),
     Mutant("goodput-speculation-priced-without-context", "policy.py",
            "                  + self.per_token.get(costs.SPEC, 0.0) * context)", "                  )",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 
 from sglang_adaptive.costs import PER_TOKEN, PLAIN, PLAIN_PREFILL, PROBE, SPEC, SPEC_PREFILL, StepCosts
+from sglang_adaptive.decisions import NoDecisionLog
 from sglang_adaptive.policy import ModePolicy, plain_kv_reserve
 from sglang_adaptive.telemetry import NoTelemetry
 
@@ -186,6 +187,7 @@ class AdaptiveModeController(ModeController):
         writes_table: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         telemetry: NoTelemetry | None = None,
+        decisions: NoDecisionLog | None = None,
         plain_grammar: bool = True,
         plain_prefill: bool = False,
     ):
@@ -219,6 +221,7 @@ class AdaptiveModeController(ModeController):
         self._synced_buckets = 0
         self._refresh_logged: set[tuple[str, int, str]] = set()
         self.telemetry = telemetry or NoTelemetry()
+        self.decisions = decisions or NoDecisionLog()
         self.recovery = RecoveryProfile()
 
     def speculate(self, batch_size: int, has_grammar: bool = False, context: int = 0) -> bool:
@@ -254,6 +257,7 @@ class AdaptiveModeController(ModeController):
                    context: int = 0) -> None:
         self._time_step(speculative, batch_size, forward_iter, context)
         self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
+        self.decisions.record(self.policy, speculative, batch_size, context)
         self.policy.on_launch(speculative, batch_size, context)
         self._count_prefills()
         for mode, b, why in self.policy.stale_buckets():

@@ -82,6 +82,11 @@ class ModePolicy:
     def describe(self) -> str:
         return self.name
 
+    def explain(self, batch_size: int, context: int = 0) -> dict:
+        """Why ``speculate`` answers as it does for this batch (the decision log);
+        no state moves."""
+        return {"decided": self.speculate(batch_size, context)}
+
 
 class ThresholdPolicy(ModePolicy):
     """A decode batch of more than ``threshold`` requests runs plain decode."""
@@ -653,6 +658,18 @@ class GoodputPolicy(ModePolicy):
 
     def speculate(self, batch_size: int, context: int = 0) -> bool:
         return self._decide(batch_size, context)[0]
+
+    def explain(self, batch_size: int, context: int = 0) -> dict:
+        """The answer, why (goodput, probe, refresh, explore, price), the acceptance
+        estimate and, once both modes have a step time, both predictions in output
+        tokens/s per request (``sure``: the estimate less one standard error)."""
+        decided, why = self._decide(batch_size, context)
+        out = {"decided": decided, "why": why, "speculating": self._speculating, "plain_run": self._plain_run,
+               "expected_tokens": round(self.acceptance.expected_tokens(), 3)}
+        if self.costs[costs.PLAIN] and self.costs[costs.SPEC]:
+            p = self._predict(batch_size, context)
+            out.update(plain_tps=round(p.plain, 1), spec_tps=round(p.spec, 1), sure_tps=round(p.sure, 1))
+        return out
 
     def describe(self) -> str:
         return (f"goodput(measured step costs, acceptance over {self.acceptance.k} draft positions, "

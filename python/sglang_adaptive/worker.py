@@ -27,7 +27,7 @@ import os
 
 import torch
 
-from sglang_adaptive import controller as ctl, keepwarm, telemetry, upstream
+from sglang_adaptive import controller as ctl, decisions, keepwarm, telemetry, upstream
 from sglang_adaptive.args import get_config
 from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, installed
 from sglang_adaptive.policy import make_policy
@@ -63,6 +63,7 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             cost_table_path=config.cost_table_path,
             writes_table=tp_group.rank_in_group == 0,
             telemetry=telemetry.make_telemetry(server_args, tp_group.rank_in_group),
+            decisions=decisions.make_decision_log(tp_group.rank_in_group == 0),
             plain_grammar=os.environ.get(PLAIN_GRAMMAR_ENV, "1") != "0",
         )
         ctl.install(self.controller)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from sglang_adaptive import decisions
 from sglang_adaptive.bench import __main__ as bench, client, configs, metrics, report
 from sglang_adaptive.bench.workloads import Closed, Open, Phased, parse_phases
 
@@ -586,6 +587,7 @@ def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path
             self.label, self.url = label, fake.url
             flag = "--speculative-cost-table-path"
             self.table = args[args.index(flag) + 1] if flag in args else None
+            self.decisions = env.get(decisions.ENV)
 
         def start(self):
             started.append(self.label)
@@ -597,16 +599,25 @@ def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path
             pass
 
         def log_text(self):
+            if self.decisions:  # the batches since the last read (the bench reads before and after a point)
+                with open(self.decisions, "a") as f:
+                    for ran, decided, why in [(True, True, "goodput")] * 2 + [(False, False, "refresh"),
+                                                                              (True, False, "goodput")]:
+                        f.write(json.dumps({"speculative": ran, "decided": decided, "why": why}) + "\n")
             return ""
 
     rc = bench.main(["--configs", "plain,adaptive-goodput", "--rounds", "2", "--closed", "2", "--rates", "",
-                     "--phases", "", "--warmup", "0", "--out-len", "4", "--in-len", "3", "--out", str(tmp_path)],
-                    server_factory=FakeServer)
+                     "--phases", "", "--warmup", "0", "--out-len", "4", "--in-len", "3", "--out", str(tmp_path),
+                     "--decision-log"], server_factory=FakeServer)
     assert rc == 0
     assert started == ["plain-round1", "adaptive-goodput-round1", "plain-round2", "adaptive-goodput-round2"]
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [(r["label"], r["round"]) for r in rows] == [("plain", 1), ("adaptive-goodput", 1),
                                                         ("plain", 2), ("adaptive-goodput", 2)]
+    # Each goodput row counts the batches logged while its point ran, not those before it.
+    assert [r.get("decisions") for r in rows] == [None, {"plain refresh": 1, "spec forced": 1, "spec goodput": 2}] * 2
+    assert sorted(p.name for p in tmp_path.glob("decisions-*")) == [
+        "decisions-adaptive-goodput-round1.jsonl", "decisions-adaptive-goodput-round2.jsonl"]
     assert "over rounds" in (tmp_path / "report.md").read_text()
     # Only the goodput servers keep a table, each its own, read after every point.
     tables = [json.loads(x) for x in (tmp_path / "cost-tables.jsonl").read_text().splitlines()]

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from sglang_adaptive import controller as ctl, costs
+from sglang_adaptive import controller as ctl, costs, decisions
 from sglang_adaptive.policy import (REFRESH_STALE, AcceptanceEstimator, GoodputPolicy, PolicyConfig, PrefillRate,
                                     make_policy)
 
@@ -645,6 +645,51 @@ def test_a_measured_probe_window_spaces_the_probes_to_the_budget():
     p.set_costs({costs.PLAIN: {32: t_plain}, costs.SPEC: {32: t_spec}, costs.PROBE: {128: 1.0}})
     put(p, _plain_run=110)
     assert p._decide(32) == (True, "probe")
+
+
+def test_the_decision_log_writes_each_decode_batch_as_the_policy_decided_it(tmp_path, monkeypatch):
+    """One line per decode batch with the mode it ran in and the policy's own account,
+    taken before the policy hears of the launch (its answer for that batch, not the
+    next one's). Off without the variable, and on rank 0 only."""
+    monkeypatch.delenv(decisions.ENV, raising=False)
+    assert type(decisions.make_decision_log(True)) is decisions.NoDecisionLog
+    path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv(decisions.ENV, str(path))
+    assert type(decisions.make_decision_log(False)) is decisions.NoDecisionLog
+    policy = GoodputPolicy(K)
+    # Grammar batches speculate whatever the policy says (plain_grammar off): the log
+    # keeps the mode run and the policy's answer apart.
+    c = ctl.AdaptiveModeController(policy, spec_width=K + 1, clock=Clock(), plain_grammar=False,
+                                   decisions=decisions.make_decision_log(True))
+    policy.set_costs(MEASURED)
+    feed(policy, accepted=2, steps=50)  # ~3 tokens a step: speculation leads at batch 1
+    expected = []
+    for it, (batch, grammar) in enumerate([(1, False), (128, True), (128, False), (1, False)], 1):
+        policy._answers.clear()
+        wanted = policy.speculate(batch)
+        ran = c.speculate(batch, has_grammar=grammar)
+        c.on_prepare(ran, batch, it)
+        expected.append((batch, ran, wanted))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(x["batch_size"], x["speculative"], x["decided"]) for x in lines] == expected
+    assert [x["batch"] for x in lines] == [0, 1, 2, 3]
+    # A batch of 128 runs plain (3 tokens / 24 ms < 1 / 5.3 ms), unless its grammar forces speculation.
+    assert expected[1:3] == [(128, True, False), (128, False, False)]
+    assert lines[0]["why"] == "goodput" and lines[0]["spec_tps"] > lines[0]["plain_tps"]
+    assert lines[2]["spec_tps"] < lines[2]["plain_tps"]
+    assert 2.9 < lines[0]["expected_tokens"] < 3.1
+    # A probe: plain at batch 1 with acceptance gone, due after a long plain run. Once the
+    # policy has heard of it the run restarts and its answer would read plain.
+    feed(policy, accepted=0, steps=200)
+    put(policy, _speculating=False, _plain_run=10**6)
+    assert c.speculate(1)
+    c.on_prepare(True, 1, 5)
+    probe = json.loads(path.read_text().splitlines()[-1])
+    assert (probe["decided"], probe["why"], probe["plain_run"]) == (True, "probe", 10**6)
+    assert probe["spec_tps"] < probe["plain_tps"] and not policy.speculate(1)
+    # A mode with no step time yet: the policy explores, with nothing to predict from.
+    fresh = GoodputPolicy(K).explain(8)
+    assert fresh["why"] == "explore" and fresh["decided"] and "spec_tps" not in fresh
 
 
 def test_controller_passes_verify_results_to_the_policy():

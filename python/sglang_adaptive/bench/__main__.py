@@ -10,7 +10,8 @@ waited for, driven through every workload and stopped before the next starts:
 
 Writes OUT/results.jsonl (one row per configuration x load point, appended as it
 goes), OUT/report.md, PNG plots and the server logs; a goodput server's step-cost
-table after each point goes to OUT/cost-tables.jsonl.
+table after each point goes to OUT/cost-tables.jsonl, and with --decision-log its
+reason for each decode batch's mode to OUT/decisions-NAME.jsonl (rows count them).
 
 examples (GPU host):
   python -m sglang_adaptive.bench --out benchmark/results/latest
@@ -29,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from sglang_adaptive import decisions
 from sglang_adaptive.bench import client, configs, metrics, report
 from sglang_adaptive.bench.workloads import (
     Closed,
@@ -103,6 +105,9 @@ def parse_args(argv=None):
     p.add_argument("--port", type=int, default=int(os.environ.get(PORT_BASE_ENV, "30000")),
                    help=f"server port (default: env {PORT_BASE_ENV}, else 30000); sweeps run side by "
                         "side on one host, one per GPU (CUDA_VISIBLE_DEVICES), need distinct ports")
+    p.add_argument("--decision-log", action="store_true",
+                   help="goodput servers log why each decode batch ran in its mode (OUT/decisions-NAME.jsonl; "
+                        "a few microseconds a batch); rows count the reasons per point")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
     if a.pair == "custom" and not (a.target and a.draft):
@@ -182,8 +187,9 @@ def describe(w) -> str:
 
 
 def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None,
-            strategy: str | None = None) -> dict:
+            strategy: str | None = None, decisions_log: Path | None = None) -> dict:
     log_before = log_text()
+    decided_before = decisions_log.stat().st_size if decisions_log and decisions_log.exists() else 0
     before = metrics.mode_samples(log_before)
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
@@ -197,6 +203,10 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
     log_after = log_text()
+    if decisions_log is not None and decisions_log.exists():
+        with decisions_log.open("rb") as f:  # whole lines only: the server writes a line at a time
+            f.seek(decided_before)
+            row["decisions"] = metrics.decision_counts(f.read().decode().splitlines())
     samples = metrics.mode_samples(log_after)
     row.update(metrics.mode_between(before, samples))
     if isinstance(w, Closed):  # its batch size is the concurrency between wave edges
@@ -241,7 +251,10 @@ def main(argv=None, server_factory=Server) -> int:
         # The table the policy decided with, after each point: how its prices moved.
         table = out / f"cost-table-{name}.json" if cfg.decides_by_costs else None
         args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else cfg.args
-        srv = server_factory(name, args, cfg.env, log_dir=out, port=a.port,
+        # Why each batch ran in its mode (--decision-log): rows count the reasons per point.
+        decided = out / f"decisions-{name}.jsonl" if a.decision_log and cfg.decides_by_costs else None
+        env = {**cfg.env, decisions.ENV: str(decided)} if decided else cfg.env
+        srv = server_factory(name, args, env, log_dir=out, port=a.port,
                              skip_tokenizer_init=not cfg.tokenizer)
         t0 = time.time()
         try:
@@ -252,7 +265,8 @@ def main(argv=None, server_factory=Server) -> int:
                 warm_up(srv.url, a)
                 print(f"[{i}/{len(served)} {name}] warmed up in {time.time() - t1:.0f} s", flush=True)
             for j, w in enumerate(loads):
-                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair, strategy=cfg.strategy)
+                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair, strategy=cfg.strategy,
+                              decisions_log=decided)
                 if a.rounds > 1:
                     row["round"] = rnd
                 rows.append(row)

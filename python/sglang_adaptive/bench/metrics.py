@@ -6,6 +6,7 @@ which writes the line): tested on synthetic records and log lines.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -214,6 +215,19 @@ class _Window:
     speculated: bool
     counts_before: tuple[int, int] | None
     counts_after: tuple[int, int] | None = None
+
+
+def decision_counts(lines: list[str]) -> dict:
+    """Decode batches by the mode they ran in and the policy's reason, from the decision
+    log's lines (``sglang_adaptive.decisions``): "spec goodput", "plain probe"... and
+    "forced" where the batch ran against the policy's answer (a grammar, an embedding)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        d = json.loads(line)
+        why = d.get("why", "policy") if d["speculative"] == d["decided"] else "forced"
+        key = f"{'spec' if d['speculative'] else 'plain'} {why}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
