@@ -86,8 +86,7 @@ class ServerConfig:
     def decides_by_costs(self) -> bool:
         """The goodput policy: the bench keeps its step-cost table after every point."""
         args = [str(x) for x in self.args]
-        i = args.index("--speculative-switch-policy") if "--speculative-switch-policy" in args else -1
-        return i >= 0 and args[i + 1] == "goodput"
+        return ("--speculative-switch-policy", "goodput") in zip(args, args[1:])
 
     def command(self) -> str:
         env = " ".join(f"{k}={v}" for k, v in sorted(self.env.items()))
