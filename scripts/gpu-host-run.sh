@@ -86,6 +86,10 @@
 #        tinyspread2  goodputtiny's spread half (64-192) in two rounds (a, b, c, a, b, c on fresh servers;
 #               ~8 min): one server's speculative steps ran 0.86-1.18x another's on this host-bound pair;
 #               the goodput servers log why each batch ran in its mode (--decision-log)
+#        tinypinned  tinyspread2 in three rounds with --pin-cpus (each scheduler on a physical core of its
+#               own, the rest elsewhere): the tiny pair's bars with the host's placement noise out (~13 min)
+#        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
+#               time with the placement noise out (~3 min)
 #        tinyc1  tinyspread2's c=1 alone, static EAGLE-3 and goodput, 48 requests each (~4 min cold)
 #        goodputmiss  the points that missed 0.98x in 2026-12-04-h200-goodput-sweep, with rounds: 3.5 at c=16, 32,
 #               64, 128 (no-spec, static EAGLE-3, goodput, two rounds each), goodput at 1.3, c=32 and 128, and
@@ -324,6 +328,9 @@ if [ "$cmd" = start ]; then
                       GOODPUT_RPC=16 sweep gt-tiny-spread "${tiny[@]}" --out-len 192 --out-len-min 64 ;;
             tinyc1) GOODPUT_RPC=48 sweep gt-tiny-c1 --pair tiny --in-len 64 --closed 1 \
                           --configs eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log ;;
+            tinypinned) GOODPUT_RPC=16 sweep gt-tiny-pinned --pair tiny --in-len 64 --closed 1,8,64 --rounds 3 \
+                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log \
+                          --pin-cpus ;;
             tinyspread2) GOODPUT_RPC=16 sweep gt-tiny-spread2 --pair tiny --in-len 64 --closed 1,8,64 --rounds 2 \
                           --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log ;;
             goodputctx) sweep gx-3.5 --rounds 2 --acc-len 3.5 --closed 64 --configs plain,eagle3,adaptive-goodput
@@ -401,6 +408,11 @@ if [ "$cmd" = start ]; then
                           --bucket decode-64 --json "$W/ht-report/hosttime.json" plain="$W/ht-plain/timing" \
                           always-plain="$W/ht-always-plain/timing" eagle3="$W/ht-eagle3/timing" \
                           always-spec="$W/ht-always-spec/timing" ;;
+            hostpinned) ht hp-plain --configs plain --pin-cpus
+                        ht hp-always-plain --configs adaptive-threshold --threshold 0 --pin-cpus
+                        step hp-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \
+                            --bucket decode-64 --json "$W/hp-report/hosttime.json" plain="$W/hp-plain/timing" \
+                            always-plain="$W/hp-always-plain/timing" ;;
             flushgraphs) step fg-test env ADAPTIVE_GPU_PARALLEL=4 ADAPTIVE_GPU_REQUIRED=1 \
                         ADAPTIVE_GPU_ONLY=plain-long,alternate-50-kv,alternate-50-deferred-kv,alternate-50-flush-graphs-kv \
                         python -m pytest -m gpu test/gpu/test_keep_warm.py -v -p no:cacheprovider \

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from sglang_adaptive import decisions
-from sglang_adaptive.bench import __main__ as bench, client, configs, metrics, report
+from sglang_adaptive.bench import __main__ as bench, client, configs, metrics, pinning, report
 from sglang_adaptive.bench.workloads import Closed, Open, Phased, parse_phases
 
 
@@ -626,3 +626,44 @@ def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path
     assert "[4/4 adaptive-goodput-round2] closed c=2" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["--rounds", "0", "--dry-run"])
+
+
+def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_path, capsys):
+    events = []
+
+    class FakeServer:
+        def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
+            self.label, self.url = label, fake.url
+            self.proc = None
+
+        def start(self):
+            events.append(("start", self.label))
+            self.proc = type("Proc", (), {"pid": 4000 + len(events)})()
+
+        def stop(self):
+            pass
+
+        def log_text(self):
+            return ""
+
+    class FakePinner:
+        def check(self, schedulers):
+            events.append(("check", schedulers))
+
+        def pin_server(self, pid):
+            events.append(("pin", pid))
+            return pinning.Plan((frozenset({7}),), frozenset({0, 1, 2}))
+
+    argv = ["--configs", "plain,eagle3", "--closed", "2", "--rates", "", "--phases", "", "--warmup", "0",
+            "--out-len", "4", "--in-len", "3", "--out", str(tmp_path), "--pin-cpus"]
+    assert bench.main(argv, server_factory=FakeServer, pinner_factory=FakePinner) == 0
+    assert events == [("check", 1), ("start", "plain"), ("pin", 4002), ("start", "eagle3"), ("pin", 4004)]
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r.get("pinned") for r in rows] == [True, True]
+    assert "[1/2 plain] pinned: scheduler CPUs 7; everything else on 3 CPUs" in capsys.readouterr().out
+
+    # Too few cores: one sentence, and no server started.
+    events.clear()
+    refuse = lambda: pinning.Pinner(cpus={0, 1}, siblings_of=lambda c: {c})  # noqa: E731
+    assert bench.main(argv, server_factory=FakeServer, pinner_factory=refuse) == 2
+    assert events == [] and "--pin-cpus needs 3 physical cores" in capsys.readouterr().err

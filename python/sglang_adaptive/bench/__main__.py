@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from sglang_adaptive import decisions
-from sglang_adaptive.bench import client, configs, metrics, report
+from sglang_adaptive.bench import client, configs, metrics, pinning, report
 from sglang_adaptive.bench.workloads import (
     Closed,
     Open,
@@ -108,6 +108,11 @@ def parse_args(argv=None):
     p.add_argument("--decision-log", action="store_true",
                    help="goodput servers log why each decode batch ran in its mode (OUT/decisions-NAME.jsonl; "
                         "a few microseconds a batch); rows count the reasons per point")
+    p.add_argument("--pin-cpus", action="store_true",
+                   help="pin each scheduler process to a physical core of its own and everything else "
+                        "(the server's other processes, this client) to the other cores: a host-bound pair's "
+                        "speed then depends on the code, not on where the OS ran the scheduler "
+                        "(bench/pinning.py); rows carry pinned: true")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
     if a.pair == "custom" and not (a.target and a.draft):
@@ -222,7 +227,12 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     return row
 
 
-def main(argv=None, server_factory=Server) -> int:
+def schedulers_of(a) -> int:
+    """Scheduler processes a server of the pair runs: one per tensor-parallel rank."""
+    return a.tp if a.pair == "k25" else 1
+
+
+def main(argv=None, server_factory=Server, pinner_factory=pinning.Pinner) -> int:
     a = parse_args(argv)
     pair = pair_of(a)
     plan = configs.server_configs(pair, [x for x in a.configs.split(",") if x],
@@ -239,6 +249,14 @@ def main(argv=None, server_factory=Server) -> int:
         print(f"  load: {describe(w)}")
     if a.dry_run:
         return 0
+    pinner = None
+    if a.pin_cpus:
+        try:
+            pinner = pinner_factory()
+            pinner.check(schedulers_of(a))
+        except pinning.PinningError as e:
+            print(e, file=sys.stderr)
+            return 2
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     results.write_text("")
@@ -260,6 +278,9 @@ def main(argv=None, server_factory=Server) -> int:
         try:
             srv.start()
             print(f"[{i}/{len(served)} {name}] ready after {time.time() - t0:.0f} s", flush=True)
+            if pinner is not None:
+                plan = pinner.pin_server(srv.proc.pid)
+                print(f"[{i}/{len(served)} {name}] pinned: {plan.describe()}", flush=True)
             if a.warmup:
                 t1 = time.time()
                 warm_up(srv.url, a)
@@ -269,6 +290,8 @@ def main(argv=None, server_factory=Server) -> int:
                               decisions_log=decided)
                 if a.rounds > 1:
                     row["round"] = rnd
+                if pinner is not None:
+                    row["pinned"] = True
                 rows.append(row)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
