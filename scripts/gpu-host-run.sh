@@ -88,6 +88,9 @@
 #               the goodput servers log why each batch ran in its mode (--decision-log)
 #        tinypinned  tinyspread2 in three rounds with --pin-cpus (each scheduler on a physical core of its
 #               own, the rest elsewhere): the tiny pair's bars with the host's placement noise out (~13 min)
+#        tinyinter  the tiny pair's three servers up at once, each scheduler on its own core, every point
+#               measured in slices taken in turn (--interleave 8 --pin-cpus; spread lengths, 24 requests
+#               per slot; ~4 min cold): host drift over seconds then slows every configuration alike
 #        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
 #               time with the placement noise out (~3 min)
 #        tinyc1  tinyspread2's c=1 alone, static EAGLE-3 and goodput, 48 requests each (~4 min cold)
@@ -408,6 +411,9 @@ if [ "$cmd" = start ]; then
                           --bucket decode-64 --json "$W/ht-report/hosttime.json" plain="$W/ht-plain/timing" \
                           always-plain="$W/ht-always-plain/timing" eagle3="$W/ht-eagle3/timing" \
                           always-spec="$W/ht-always-spec/timing" ;;
+            tinyinter) GOODPUT_RPC=24 sweep gt-tiny-inter --pair tiny --in-len 64 --closed 1,8,64 \
+                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log \
+                          --pin-cpus --interleave 8 ;;
             hostpinned) ht hp-plain --configs plain --pin-cpus
                         ht hp-always-plain --configs adaptive-threshold --threshold 0 --pin-cpus
                         step hp-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \

@@ -647,10 +647,13 @@ def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_pa
             return ""
 
     class FakePinner:
+        def __init__(self, slots):
+            assert slots == 1, "servers in turn share one scheduler core"
+
         def check(self, schedulers):
             events.append(("check", schedulers))
 
-        def pin_server(self, pid):
+        def pin_server(self, pid, slot):
             events.append(("pin", pid))
             return pinning.Plan((frozenset({7}),), frozenset({0, 1, 2}))
 
@@ -664,6 +667,86 @@ def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_pa
 
     # Too few cores: one sentence, and no server started.
     events.clear()
-    refuse = lambda: pinning.Pinner(cpus={0, 1}, siblings_of=lambda c: {c})  # noqa: E731
+    refuse = lambda slots: pinning.Pinner(cpus={0, 1}, siblings_of=lambda c: {c}, slots=slots)  # noqa: E731
     assert bench.main(argv, server_factory=FakeServer, pinner_factory=refuse) == 2
     assert events == [] and "--pin-cpus needs 3 physical cores" in capsys.readouterr().err
+
+
+def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(fake, tmp_path, capsys,
+                                                                                monkeypatch):
+    events, runs = [], []
+
+    class FakeServer:
+        def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
+            self.label, self.port, self.url = label, port, f"fake://{label}"
+            self.proc = type("Proc", (), {"pid": port})()
+
+        def start(self):
+            if self.label == "adaptive-threshold":
+                raise RuntimeError("server exited")
+            events.append(("start", self.label, self.port))
+
+        def stop(self):
+            events.append(("stop", self.label))
+
+        def log_text(self):
+            return ""
+
+    class FakePinner:
+        def __init__(self, slots):
+            events.append(("slots", slots))
+
+        def check(self, schedulers):
+            pass
+
+        def pin_server(self, pid, slot):
+            events.append(("pin", pid, slot))
+            return pinning.Plan((frozenset({9 + slot}),), frozenset({0, 1}))
+
+    real_run = client.run
+
+    def run(url, w, reqs):
+        assert all(e[0] != "stop" for e in events), "measured while a server was down"
+        runs.append((url.removeprefix("fake://"), w.concurrency, w.num_requests, reqs[0]["input_ids"]))
+        return real_run(fake.url, w, reqs)
+
+    monkeypatch.setattr(bench.client, "run", run)
+    rc = bench.main(["--configs", "plain,eagle3,adaptive-threshold,adaptive-goodput", "--closed", "2",
+                     "--requests-per-client", "16", "--interleave", "8", "--rates", "", "--phases", "",
+                     "--warmup", "0", "--out-len", "4", "--in-len", "3", "--out", str(tmp_path), "--pin-cpus",
+                     "--port", "31000"], server_factory=FakeServer, pinner_factory=FakePinner)
+    assert rc == 1  # adaptive-threshold did not start; the other three are measured
+    assert events[0] == ("slots", 4)
+    assert sorted(e[1:] for e in events if e[0] == "start") == [
+        ("adaptive-goodput", 31030), ("eagle3", 31010), ("plain", 31000)]
+    assert [e[2] for e in events if e[0] == "pin"] == [0, 1, 3]  # each its own core
+    # 32 requests at c=2: 4 slices of 8 (4 waves each, not the 8 asked), the order
+    # rotating by one, every server sent the same requests within a slice.
+    live = ["plain", "eagle3", "adaptive-goodput"]
+    assert [r[0] for r in runs] == [live[(s + i) % 3] for s in range(4) for i in range(3)]
+    assert {(r[1], r[2]) for r in runs} == {(2, 8)}
+    prompts = [r[3] for r in runs]
+    assert all(prompts[3 * s] == prompts[3 * s + i] for s in range(4) for i in range(3))
+    assert len({tuple(prompts[3 * s]) for s in range(4)}) == 4
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["label"] for r in rows] == live
+    assert all(r["slices"] == 4 and len(r["slice_tok_per_s"]) == 4 and r["requests"] == 32 and r["pinned"]
+               for r in rows)
+    assert sorted(e[1] for e in events if e[0] == "stop") == sorted([*live, "adaptive-threshold"])
+    assert "[round 1 adaptive-threshold] FAILED: server exited" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--rates", "4"], "--interleave measures closed-loop points only"),
+    (["--interleave", "-1"], "--interleave takes a number of slices >= 1"),
+])
+def test_interleave_refuses_what_it_cannot_measure(extra, message, capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--interleave", "4", "--phases", "", *extra])
+    assert message in capsys.readouterr().err
+
+
+def test_a_slice_holds_at_least_four_waves():
+    assert bench.slices_of(Closed(64, 1024), 8) == 4
+    assert bench.slices_of(Closed(1, 48), 8) == 8
+    assert bench.slices_of(Closed(8, 16), 8) == 1

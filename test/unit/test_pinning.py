@@ -87,3 +87,16 @@ def test_the_pinner_plans_from_the_cpus_it_started_with_and_pins_the_client_too(
     # The next server gets the same plan, though the bench itself now runs on `rest` only.
     assert pinner.pin_server(200) == plan
     assert pinned == [(200, rest), (201, frozenset({7, 15})), (os.getpid(), rest)]
+
+
+def test_servers_at_once_each_get_their_own_core():
+    pinned = []
+    procs = {100 + k: [(100 + k, "python -m sglang.launch_server"), (110 + k, "sglang::scheduler")] for k in range(3)}
+    pinner = pinning.Pinner(cpus=range(8), siblings_of=lambda c: {c}, processes=procs.__getitem__,
+                            pin=lambda pid, cpus: pinned.append((pid, cpus)), slots=3)
+    mine = [pinner.pin_server(100 + k, slot=k) for k in range(3)]
+    assert [m.schedulers for m in mine] == [(frozenset({5}),), (frozenset({6}),), (frozenset({7}),)]
+    assert {cpus for pid, cpus in pinned if pid in (110, 111, 112)} == {frozenset({c}) for c in (5, 6, 7)}
+    assert {cpus for pid, cpus in pinned if pid not in (110, 111, 112)} == {frozenset(range(5))}
+    with pytest.raises(pinning.PinningError, match="needs 5 physical cores"):
+        pinning.Pinner(cpus=range(4), siblings_of=lambda c: {c}, slots=3).check(1)

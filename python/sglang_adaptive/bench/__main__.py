@@ -28,6 +28,8 @@ import os
 import random
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_adaptive import decisions
@@ -48,6 +50,10 @@ from sglang_adaptive.testing import PORT_BASE_ENV, Server, make_requests
 # TTFT p50 of static EAGLE-3 and of the adaptive server speculating every batch
 # differed by 15 ms on the H200, with 24 by 3 ms: sampling noise.
 MIN_CLOSED_REQUESTS = 24
+
+# A slice of an interleaved point holds at least this many waves of requests: fewer,
+# and filling and draining the batch would be most of it.
+MIN_SLICE_WAVES = 4
 
 
 def parse_args(argv=None):
@@ -113,6 +119,13 @@ def parse_args(argv=None):
                         "(the server's other processes, this client) to the other cores: a host-bound pair's "
                         "speed then depends on the code, not on where the OS ran the scheduler "
                         "(bench/pinning.py); rows carry pinned: true")
+    p.add_argument("--interleave", type=int, default=0, metavar="SLICES",
+                   help="serve every configuration at once (each on its own port, with --pin-cpus on its own "
+                        "core) and measure each closed-loop point in up to SLICES slices taken in turn, the "
+                        "same requests for every configuration within a slice (each slice at least "
+                        f"{MIN_SLICE_WAVES} waves): a host whose speed drifts over seconds then slows every "
+                        "configuration alike. Closed loop only; for pairs whose servers fit on the GPU together "
+                        "(the tiny pair); rows carry slices and slice_tok_per_s")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
     if a.pair == "custom" and not (a.target and a.draft):
@@ -123,6 +136,10 @@ def parse_args(argv=None):
         p.error(f"--json-share must be within [0, 1], got {a.json_share}")
     if a.rounds < 1:
         p.error(f"--rounds must be >= 1, got {a.rounds}")
+    if a.interleave < 0:
+        p.error(f"--interleave takes a number of slices >= 1, got {a.interleave}")
+    if a.interleave and (a.rates.strip() or a.phases.strip()):
+        p.error('--interleave measures closed-loop points only: add --rates "" --phases ""')
     if a.out_len_min is not None and not 1 <= a.out_len_min <= a.out_len:
         p.error(f"--out-len-min must be within [1, --out-len={a.out_len}], got {a.out_len_min}")
     return a
@@ -191,12 +208,25 @@ def describe(w) -> str:
     return "phased " + ",".join(f"{s:g}s@{c}" for s, c in w.phases)
 
 
+class PointLog:
+    """Where a point's lines begin in its server's log and decision log: the rows read
+    the counters, windows and decisions logged while the point ran, not before."""
+
+    def __init__(self, log_text, decisions_log: Path | None = None):
+        self.log_text, self.decisions_log = log_text, decisions_log
+        self.before = log_text()
+        self.decided_before = decisions_log.stat().st_size if decisions_log and decisions_log.exists() else 0
+
+
 def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None,
             strategy: str | None = None, decisions_log: Path | None = None) -> dict:
-    log_before = log_text()
-    decided_before = decisions_log.stat().st_size if decisions_log and decisions_log.exists() else 0
-    before = metrics.mode_samples(log_before)
+    opened = PointLog(log_text, decisions_log)
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
+    return point_row(label, w, a, opened, records, start, seconds, pair, strategy)
+
+
+def point_row(label: str, w, a, opened: PointLog, records, start: float, seconds: float,
+              pair: configs.Pair | None = None, strategy: str | None = None) -> dict:
     row = {"label": label, **w.point, **metrics.summarize(records, seconds)}
     if strategy is not None:
         row["strategy"] = strategy
@@ -207,15 +237,16 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     if pair is not None:
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
-    log_after = log_text()
+    log_after = opened.log_text()
+    decisions_log = opened.decisions_log
     if decisions_log is not None and decisions_log.exists():
         with decisions_log.open("rb") as f:  # whole lines only: the server writes a line at a time
-            f.seek(decided_before)
+            f.seek(opened.decided_before)
             row["decisions"] = metrics.decision_counts(f.read().decode().splitlines())
     samples = metrics.mode_samples(log_after)
-    row.update(metrics.mode_between(before, samples))
+    row.update(metrics.mode_between(metrics.mode_samples(opened.before), samples))
     if isinstance(w, Closed):  # its batch size is the concurrency between wave edges
-        point_log = log_after[len(log_before):]
+        point_log = log_after[len(opened.before):]
         row.update(metrics.steady_decode(point_log, w.concurrency))
         row.update(metrics.prefill_batches(point_log))
     if row.get("plain_share"):  # plain tokens count in the total but have no verify
@@ -227,9 +258,155 @@ def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair 
     return row
 
 
+def slices_of(w: Closed, wanted: int) -> int:
+    return max(1, min(wanted, w.num_requests // (MIN_SLICE_WAVES * w.concurrency)))
+
+
+@dataclass
+class Live:
+    """One configuration's server, with the files it writes for the bench."""
+    label: str
+    name: str
+    srv: object
+    strategy: str | None
+    decided: Path | None  # its decision log (--decision-log)
+    table: Path | None  # its step-cost table
+
+
+def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs.Pair | None = None) -> list[dict]:
+    """One closed-loop point on every live server, in slices taken in turn (the order
+    rotating by one each slice), the same requests for every server within a slice:
+    a host whose speed drifts over seconds slows every configuration alike. Each row
+    sums its server's slices."""
+    n = slices_of(w, a.interleave)
+    part = Closed(w.concurrency, w.num_requests // n)
+    opened = [PointLog(x.srv.log_text, x.decided) for x in live]
+    records = [[] for _ in live]
+    seconds, per_slice, starts = [0.0] * len(live), [[] for _ in live], [None] * len(live)
+    for s in range(n):
+        reqs = requests_for(part, a, seed * 1000 + s)
+        for k in [(s + i) % len(live) for i in range(len(live))]:
+            recs, start, secs = client.run(live[k].srv.url, part, reqs)
+            records[k] += recs
+            seconds[k] += secs
+            starts[k] = starts[k] or start
+            per_slice[k].append(round(metrics.summarize(recs, secs)["output_tok_per_s"], 1))
+    rows = []
+    for k, x in enumerate(live):
+        row = point_row(x.label, w, a, opened[k], records[k], starts[k], seconds[k], pair, x.strategy)
+        row.update(slices=n, slice_tok_per_s=per_slice[k])
+        rows.append(row)
+    return rows
+
+
 def schedulers_of(a) -> int:
     """Scheduler processes a server of the pair runs: one per tensor-parallel rank."""
     return a.tp if a.pair == "k25" else 1
+
+
+class Sweep:
+    """A run's output: rows to results.jsonl as they come, the goodput servers' cost
+    tables after each point, and a progress line per point."""
+
+    def __init__(self, a, out: Path, pinned: bool):
+        self.a, self.out, self.pinned = a, out, pinned
+        self.rows: list[dict] = []
+        self.results = out / "results.jsonl"
+        self.results.write_text("")
+
+    def server(self, cfg, name: str, port: int, server_factory) -> Live:
+        # The table the policy decided with, after each point: how its prices moved.
+        table = self.out / f"cost-table-{name}.json" if cfg.decides_by_costs else None
+        args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else cfg.args
+        # Why each batch ran in its mode (--decision-log): rows count the reasons per point.
+        decided = self.out / f"decisions-{name}.jsonl" if self.a.decision_log and cfg.decides_by_costs else None
+        env = {**cfg.env, decisions.ENV: str(decided)} if decided else cfg.env
+        srv = server_factory(name, args, env, log_dir=self.out, port=port, skip_tokenizer_init=not cfg.tokenizer)
+        return Live(cfg.label, name, srv, cfg.strategy, decided, table)
+
+    def add(self, tag: str, row: dict, w, rnd: int, x: Live) -> None:
+        if self.a.rounds > 1:
+            row["round"] = rnd
+        if self.pinned:
+            row["pinned"] = True
+        self.rows.append(row)
+        with self.results.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if x.table is not None and x.table.exists():
+            with (self.out / "cost-tables.jsonl").open("a") as f:
+                f.write(json.dumps({"label": row["label"], "round": rnd, **w.point,
+                                    "table": json.loads(x.table.read_text())}) + "\n")
+        share = row.get("plain_share")
+        print(f"[{tag}] {describe(w)}: {row['output_tok_per_s']:.1f} tok/s, "
+              f"TPOT p50 {row['tpot_p50_ms']} ms, TTFT p50 {row['ttft_p50_ms']} ms"
+              + (f", plain share {share:.0%}" if share is not None else "")
+              + (f", {row['errors']} errors" if row["errors"] else ""), flush=True)
+
+
+def ready(tag: str, srv, slot: int, a, pinner, t0: float) -> None:
+    print(f"[{tag}] ready after {time.time() - t0:.0f} s", flush=True)
+    if pinner is not None:
+        print(f"[{tag}] pinned: {pinner.pin_server(srv.proc.pid, slot).describe()}", flush=True)
+    if a.warmup:
+        t1 = time.time()
+        warm_up(srv.url, a)
+        print(f"[{tag}] warmed up in {time.time() - t1:.0f} s", flush=True)
+
+
+def run_in_turn(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, failed: list) -> None:
+    # Rounds interleave (a, b, a, b): a drift of the host over the run touches every
+    # configuration alike. Each server's log keeps its round in the name.
+    served = [(r, cfg) for r in range(1, a.rounds + 1) for cfg in plan]
+    for i, (rnd, cfg) in enumerate(served, 1):
+        name = cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}"
+        tag = f"{i}/{len(served)} {name}"
+        x = sweep.server(cfg, name, a.port, server_factory)
+        srv = x.srv
+        t0 = time.time()
+        try:
+            srv.start()
+            ready(tag, srv, 0, a, pinner, t0)
+            for j, w in enumerate(loads):
+                sweep.add(tag, measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair,
+                                       strategy=cfg.strategy, decisions_log=x.decided), w, rnd, x)
+        except Exception as e:  # one broken configuration does not lose the others
+            failed.append(name)
+            print(f"[{tag}] FAILED: {e}", file=sys.stderr, flush=True)
+        finally:
+            srv.stop()
+
+
+def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, failed: list) -> None:
+    """Every configuration's server up at once (own port, with --pin-cpus own core),
+    each point measured in slices taken in turn (measure_interleaved)."""
+    for rnd in range(1, a.rounds + 1):
+        names = [cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}" for cfg in plan]
+        servers = [sweep.server(cfg, name, a.port + 10 * k, server_factory)
+                   for k, (cfg, name) in enumerate(zip(plan, names))]
+        t0 = time.time()
+        live = []
+        try:
+            with ThreadPoolExecutor(len(servers)) as pool:  # start-up is mostly CPU work: overlap it
+                starts = [pool.submit(x.srv.start) for x in servers]
+            for k, (x, started) in enumerate(zip(servers, starts)):
+                try:
+                    started.result()
+                    ready(f"round {rnd} {x.name}", x.srv, k, a, pinner, t0)
+                    live.append(x)
+                except Exception as e:
+                    failed.append(x.name)
+                    print(f"[round {rnd} {x.name}] FAILED: {e}", file=sys.stderr, flush=True)
+            for j, w in enumerate(loads):
+                if not live:
+                    break
+                for x, row in zip(live, measure_interleaved(live, w, a, seed=j, pair=pair)):
+                    sweep.add(f"round {rnd} {x.name}", row, w, rnd, x)
+        except Exception as e:  # a point that broke loses this round's later points, not the run
+            failed.extend(x.name for x in live)
+            print(f"[round {rnd}] FAILED: {e}", file=sys.stderr, flush=True)
+        finally:
+            for x in servers:
+                x.srv.stop()
 
 
 def main(argv=None, server_factory=Server, pinner_factory=pinning.Pinner) -> int:
@@ -252,63 +429,17 @@ def main(argv=None, server_factory=Server, pinner_factory=pinning.Pinner) -> int
     pinner = None
     if a.pin_cpus:
         try:
-            pinner = pinner_factory()
+            pinner = pinner_factory(slots=len(plan) if a.interleave else 1)
             pinner.check(schedulers_of(a))
         except pinning.PinningError as e:
             print(e, file=sys.stderr)
             return 2
     out.mkdir(parents=True, exist_ok=True)
-    results = out / "results.jsonl"
-    results.write_text("")
-    rows, failed = [], []
-    # Rounds interleave (a, b, a, b): a drift of the host over the run touches every
-    # configuration alike. Each server's log keeps its round in the name.
-    served = [(r, cfg) for r in range(1, a.rounds + 1) for cfg in plan]
-    for i, (rnd, cfg) in enumerate(served, 1):
-        name = cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}"
-        # The table the policy decided with, after each point: how its prices moved.
-        table = out / f"cost-table-{name}.json" if cfg.decides_by_costs else None
-        args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else cfg.args
-        # Why each batch ran in its mode (--decision-log): rows count the reasons per point.
-        decided = out / f"decisions-{name}.jsonl" if a.decision_log and cfg.decides_by_costs else None
-        env = {**cfg.env, decisions.ENV: str(decided)} if decided else cfg.env
-        srv = server_factory(name, args, env, log_dir=out, port=a.port,
-                             skip_tokenizer_init=not cfg.tokenizer)
-        t0 = time.time()
-        try:
-            srv.start()
-            print(f"[{i}/{len(served)} {name}] ready after {time.time() - t0:.0f} s", flush=True)
-            if pinner is not None:
-                plan = pinner.pin_server(srv.proc.pid)
-                print(f"[{i}/{len(served)} {name}] pinned: {plan.describe()}", flush=True)
-            if a.warmup:
-                t1 = time.time()
-                warm_up(srv.url, a)
-                print(f"[{i}/{len(served)} {name}] warmed up in {time.time() - t1:.0f} s", flush=True)
-            for j, w in enumerate(loads):
-                row = measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair, strategy=cfg.strategy,
-                              decisions_log=decided)
-                if a.rounds > 1:
-                    row["round"] = rnd
-                if pinner is not None:
-                    row["pinned"] = True
-                rows.append(row)
-                with results.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
-                if table is not None and table.exists():
-                    with (out / "cost-tables.jsonl").open("a") as f:
-                        f.write(json.dumps({"label": cfg.label, "round": rnd, **w.point,
-                                            "table": json.loads(table.read_text())}) + "\n")
-                share = row.get("plain_share")
-                print(f"[{i}/{len(served)} {name}] {describe(w)}: {row['output_tok_per_s']:.1f} tok/s, "
-                      f"TPOT p50 {row['tpot_p50_ms']} ms, TTFT p50 {row['ttft_p50_ms']} ms"
-                      + (f", plain share {share:.0%}" if share is not None else "")
-                      + (f", {row['errors']} errors" if row["errors"] else ""), flush=True)
-        except Exception as e:  # one broken configuration does not lose the others
-            failed.append(name)
-            print(f"[{i}/{len(served)} {name}] FAILED: {e}", file=sys.stderr, flush=True)
-        finally:
-            srv.stop()
+    sweep = Sweep(a, out, pinner is not None)
+    failed: list[str] = []
+    run = run_interleaved if a.interleave else run_in_turn
+    run(plan, loads, a, pair, sweep, server_factory, pinner, failed)
+    rows = sweep.rows
     for path in report.write(rows, out):
         print(f"wrote {path}")
     print((out / "report.md").read_text())

@@ -65,6 +65,10 @@ class Plan:
     schedulers: tuple[frozenset[int], ...]  # one physical core each, by scheduler title order
     rest: frozenset[int]
 
+    def slot(self, k: int, schedulers: int) -> Plan:
+        """The k-th server's share where several run at once (``--interleave``)."""
+        return Plan(self.schedulers[k * schedulers:(k + 1) * schedulers], self.rest)
+
     def describe(self) -> str:
         cores = "; ".join(",".join(map(str, sorted(c))) for c in self.schedulers)
         return f"scheduler CPUs {cores}; everything else on {len(self.rest)} CPUs"
@@ -121,24 +125,26 @@ def pin_process(pid: int, cpus: frozenset[int], setaffinity=os.sched_setaffinity
 
 class Pinner:
     """Pins each server the bench starts, and the bench itself, by one plan made from
-    the CPUs the bench may use when it starts (before it pins itself)."""
+    the CPUs the bench may use when it starts (before it pins itself). ``slots``
+    servers run at once (``--interleave``), each with cores of its own."""
 
     def __init__(self, cpus: Iterable[int] | None = None, siblings_of=sysfs_siblings,
-                 processes=server_processes, pin=pin_process):
+                 processes=server_processes, pin=pin_process, slots: int = 1):
         self.cores = physical_cores(os.sched_getaffinity(0) if cpus is None else cpus, siblings_of)
-        self._processes, self._pin = processes, pin
+        self._processes, self._pin, self.slots = processes, pin, slots
         self.plan: Plan | None = None
 
     def check(self, schedulers: int) -> None:
         """Refuse at the start, before any server, where the host has too few cores."""
-        make_plan(self.cores, schedulers)
+        make_plan(self.cores, schedulers * self.slots)
 
-    def pin_server(self, root_pid: int) -> Plan:
+    def pin_server(self, root_pid: int, slot: int = 0) -> Plan:
         procs = self._processes(root_pid)
         schedulers = sum(SCHEDULER_TITLE in cmd for _, cmd in procs)
-        if self.plan is None or len(self.plan.schedulers) != schedulers:
-            self.plan = make_plan(self.cores, schedulers)
-        for pid, cpus in assign(procs, self.plan).items():
+        if self.plan is None or len(self.plan.schedulers) != schedulers * self.slots:
+            self.plan = make_plan(self.cores, schedulers * self.slots)
+        mine = self.plan.slot(slot, schedulers)
+        for pid, cpus in assign(procs, mine).items():
             self._pin(pid, cpus)
         self._pin(os.getpid(), self.plan.rest)  # the client
-        return self.plan
+        return mine
