@@ -112,3 +112,23 @@ def test_the_report_lists_prefill_batches_without_ratios():
     assert section.splitlines()[2] == "| concurrency | eagle3 | adaptive-goodput |"
     assert "| 4 | 10 | 15 |" in section
     assert "prefill batches" not in report.markdown([{**r, "prefill_batches": None} for r in rows])
+
+
+def test_interleaved_points_are_judged_slice_by_slice():
+    # Slice 2 ran while the host was slow for everyone: whole-point medians would blur
+    # it, the paired ratio does not. The better static mode changes between slices.
+    rows = [
+        {"label": "plain", "workload": "closed", "concurrency": 8, "output_tok_per_s": 1,
+         "slice_tok_per_s": [100.0, 50.0, 120.0]},
+        {"label": "eagle3", "workload": "closed", "concurrency": 8, "output_tok_per_s": 1,
+         "slice_tok_per_s": [110.0, 40.0, 100.0]},
+        {"label": "adaptive-goodput", "workload": "closed", "concurrency": 8, "output_tok_per_s": 1,
+         "slice_tok_per_s": [121.0, 49.0, 114.0]},
+        {"label": "adaptive-goodput", "workload": "closed", "concurrency": 1, "output_tok_per_s": 1},
+    ]
+    table = report.paired_slices_table(rows)
+    # 121/110 = 1.10, 49/50 = 0.98, 114/120 = 0.95
+    assert table.splitlines()[2] == "| 8 | 0.980 (0.95-1.10, 3 slices) |"
+    assert len(table.splitlines()) == 3  # c=1 was not interleaved
+    assert "interleaved" in report.markdown(rows)
+    assert report.paired_slices_table([r for r in rows if "slice_tok_per_s" not in r]) == ""

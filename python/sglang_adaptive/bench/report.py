@@ -67,6 +67,35 @@ def spread_table(rows: list[dict], metric: str = "output_tok_per_s", key: str = 
     return "\n".join(lines) + "\n"
 
 
+def paired_slices_table(rows: list[dict]) -> str:
+    """Interleaved points (``--interleave``): each non-static configuration's output tok/s
+    in a slice over the better static one's in the same slice, the median over every
+    slice of the point (all rounds) and the range. The servers took the slices in turn,
+    seconds apart: this ratio is paired, the medians of whole points are not."""
+    slices: dict = {}
+    for row in rows:
+        if row.get("workload", "closed") == "closed" and row.get("slice_tok_per_s"):
+            point = slices.setdefault(row["concurrency"], {})
+            point.setdefault(row.get("round", 1), {})[row["label"]] = row["slice_tok_per_s"]
+    others = sorted({label for point in slices.values() for by in point.values() for label in by} - set(STATIC),
+                    key=lambda x: ORDER.index(x) if x in ORDER else len(ORDER))
+    if not others:
+        return ""
+    lines = ["| concurrency | " + " | ".join(f"{label} vs better static" for label in others) + " |",
+             "|" + "---:|" * (len(others) + 1)]
+    for point, by_round in sorted(slices.items()):
+        cells = [f"{point:g}"]
+        for label in others:
+            ratios = [mine / best
+                      for by in by_round.values() if label in by and any(x in by for x in STATIC)
+                      for mine, best in zip(by[label], [max(v) for v in zip(*(by[x] for x in STATIC if x in by))])
+                      if best > 0]
+            cells.append(f"{median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} slices)"
+                         if ratios else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def best_static(values: dict, lower_is_better: bool = False):
     present = [(values[label], label) for label in STATIC if label in values]
     if not present:
@@ -173,6 +202,10 @@ def markdown(rows: list[dict]) -> str:
         table = ratio_table(rows, **kwargs)
         if table:
             parts.append(f"### {title}\n\n{table}")
+    paired = paired_slices_table(rows)
+    if paired:
+        parts.append("### Closed loop, interleaved: output tok/s over the better static mode's in the same "
+                     f"slice (median over slices, range)\n\n{paired}")
     spread = spread_table(rows)
     if spread:
         parts.append("### Closed loop: spread of output tok/s over rounds (max / min - 1, rounds); "
