@@ -386,7 +386,7 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
         t0 = time.time()
         live = []
         try:
-            with ThreadPoolExecutor(len(servers)) as pool:  # start-up is mostly CPU work: overlap it
+            with ThreadPoolExecutor(max(1, len(servers))) as pool:  # start-up is mostly CPU work: overlap it
                 starts = [pool.submit(x.srv.start) for x in servers]
             for k, (x, started) in enumerate(zip(servers, starts)):
                 try:
