@@ -628,7 +628,7 @@ def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path
         bench.main(["--rounds", "0", "--dry-run"])
 
 
-def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_path, capsys):
+def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_path, capsys, monkeypatch):
     events = []
 
     class FakeServer:
@@ -657,12 +657,18 @@ def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_pa
             events.append(("pin", pid))
             return pinning.Plan((frozenset({7}),), frozenset({0, 1, 2}))
 
+    # /proc/stat as read before and after each point: 100 jiffies pass on CPU 7 and
+    # 100 on CPU 0, of which the hypervisor takes 10 on CPU 7.
+    reads = iter(range(100))
+    monkeypatch.setattr(bench.hostload, "cpu_times", lambda: (lambda n: {
+        "cpu": (200 * n, 10 * n), "cpu0": (100 * n, 0), "cpu7": (100 * n, 10 * n)})(next(reads)))
     argv = ["--configs", "plain,eagle3", "--closed", "2", "--rates", "", "--phases", "", "--warmup", "0",
             "--out-len", "4", "--in-len", "3", "--out", str(tmp_path), "--pin-cpus"]
     assert bench.main(argv, server_factory=FakeServer, pinner_factory=FakePinner) == 0
     assert events == [("check", 1), ("start", "plain"), ("pin", 4002), ("start", "eagle3"), ("pin", 4004)]
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r.get("pinned") for r in rows] == [True, True]
+    assert [(r["host_steal"], r["scheduler_cpu_steal"]) for r in rows] == [(0.05, 0.1)] * 2
     assert "[1/2 plain] pinned: scheduler CPUs 7; everything else on 3 CPUs" in capsys.readouterr().out
 
     # Too few cores: one sentence, and no server started.
@@ -732,6 +738,7 @@ def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(
     assert [r["label"] for r in rows] == live
     assert all(r["slices"] == 4 and len(r["slice_tok_per_s"]) == 4 and r["requests"] == 32 and r["pinned"]
                for r in rows)
+    assert all(len(r["slice_host_steal"]) == 4 and "host_steal" in r and "scheduler_cpu_steal" in r for r in rows)
     assert sorted(e[1] for e in events if e[0] == "stop") == sorted([*live, "adaptive-threshold"])
     assert "[round 1 adaptive-threshold] FAILED: server exited" in capsys.readouterr().err
 

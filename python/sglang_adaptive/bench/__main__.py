@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_adaptive import decisions
-from sglang_adaptive.bench import client, configs, metrics, pinning, report
+from sglang_adaptive.bench import client, configs, hostload, metrics, pinning, report
 from sglang_adaptive.bench.workloads import (
     Closed,
     Open,
@@ -209,18 +209,19 @@ def describe(w) -> str:
 
 
 class PointLog:
-    """Where a point's lines begin in its server's log and decision log: the rows read
-    the counters, windows and decisions logged while the point ran, not before."""
+    """Where a point's lines begin in its server's log and decision log, and the host's
+    CPU counters then: the rows read what was logged and stolen while the point ran."""
 
-    def __init__(self, log_text, decisions_log: Path | None = None):
-        self.log_text, self.decisions_log = log_text, decisions_log
+    def __init__(self, log_text, decisions_log: Path | None = None, cpus: frozenset | None = None):
+        self.log_text, self.decisions_log, self.cpus = log_text, decisions_log, cpus
         self.before = log_text()
         self.decided_before = decisions_log.stat().st_size if decisions_log and decisions_log.exists() else 0
+        self.cpu_before = hostload.cpu_times()
 
 
 def measure(label: str, url: str, w, a, log_text, seed: int, pair: configs.Pair | None = None,
-            strategy: str | None = None, decisions_log: Path | None = None) -> dict:
-    opened = PointLog(log_text, decisions_log)
+            strategy: str | None = None, decisions_log: Path | None = None, cpus: frozenset | None = None) -> dict:
+    opened = PointLog(log_text, decisions_log, cpus)
     records, start, seconds = client.run(url, w, requests_for(w, a, seed))
     return point_row(label, w, a, opened, records, start, seconds, pair, strategy)
 
@@ -237,6 +238,10 @@ def point_row(label: str, w, a, opened: PointLog, records, start: float, seconds
     if pair is not None:
         row.update(shape=pair.shape or pair.name,
                    acceptance=pair.acceptance if label != "plain" else None)
+    cpu_after = hostload.cpu_times()
+    row["host_steal"] = hostload.steal_share(opened.cpu_before, cpu_after)
+    if opened.cpus:
+        row["scheduler_cpu_steal"] = hostload.steal_share(opened.cpu_before, cpu_after, opened.cpus)
     log_after = opened.log_text()
     decisions_log = opened.decisions_log
     if decisions_log is not None and decisions_log.exists():
@@ -271,6 +276,7 @@ class Live:
     strategy: str | None
     decided: Path | None  # its decision log (--decision-log)
     table: Path | None  # its step-cost table
+    cpus: frozenset | None = None  # its scheduler's CPUs, once pinned
 
 
 def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs.Pair | None = None) -> list[dict]:
@@ -280,13 +286,16 @@ def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs
     sums its server's slices."""
     n = slices_of(w, a.interleave)
     part = Closed(w.concurrency, w.num_requests // n)
-    opened = [PointLog(x.srv.log_text, x.decided) for x in live]
+    opened = [PointLog(x.srv.log_text, x.decided, x.cpus) for x in live]
     records = [[] for _ in live]
     seconds, per_slice, starts = [0.0] * len(live), [[] for _ in live], [None] * len(live)
+    steal = [[] for _ in live]
     for s in range(n):
         reqs = requests_for(part, a, seed * 1000 + s)
         for k in [(s + i) % len(live) for i in range(len(live))]:
+            cpu_before = hostload.cpu_times()
             recs, start, secs = client.run(live[k].srv.url, part, reqs)
+            steal[k].append(hostload.steal_share(cpu_before, hostload.cpu_times()))
             records[k] += recs
             seconds[k] += secs
             starts[k] = starts[k] or start
@@ -294,7 +303,7 @@ def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs
     rows = []
     for k, x in enumerate(live):
         row = point_row(x.label, w, a, opened[k], records[k], starts[k], seconds[k], pair, x.strategy)
-        row.update(slices=n, slice_tok_per_s=per_slice[k])
+        row.update(slices=n, slice_tok_per_s=per_slice[k], slice_host_steal=steal[k])
         rows.append(row)
     return rows
 
@@ -343,13 +352,15 @@ class Sweep:
               + (f", {row['errors']} errors" if row["errors"] else ""), flush=True)
 
 
-def ready(tag: str, srv, slot: int, a, pinner, t0: float) -> None:
+def ready(tag: str, x: Live, slot: int, a, pinner, t0: float) -> None:
     print(f"[{tag}] ready after {time.time() - t0:.0f} s", flush=True)
     if pinner is not None:
-        print(f"[{tag}] pinned: {pinner.pin_server(srv.proc.pid, slot).describe()}", flush=True)
+        plan = pinner.pin_server(x.srv.proc.pid, slot)
+        x.cpus = frozenset().union(*plan.schedulers)
+        print(f"[{tag}] pinned: {plan.describe()}", flush=True)
     if a.warmup:
         t1 = time.time()
-        warm_up(srv.url, a)
+        warm_up(x.srv.url, a)
         print(f"[{tag}] warmed up in {time.time() - t1:.0f} s", flush=True)
 
 
@@ -365,10 +376,10 @@ def run_in_turn(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, fail
         t0 = time.time()
         try:
             srv.start()
-            ready(tag, srv, 0, a, pinner, t0)
+            ready(tag, x, 0, a, pinner, t0)
             for j, w in enumerate(loads):
                 sweep.add(tag, measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair,
-                                       strategy=cfg.strategy, decisions_log=x.decided), w, rnd, x)
+                                       strategy=cfg.strategy, decisions_log=x.decided, cpus=x.cpus), w, rnd, x)
         except Exception as e:  # one broken configuration does not lose the others
             failed.append(name)
             print(f"[{tag}] FAILED: {e}", file=sys.stderr, flush=True)
@@ -391,7 +402,7 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
             for k, (x, started) in enumerate(zip(servers, starts)):
                 try:
                     started.result()
-                    ready(f"round {rnd} {x.name}", x.srv, k, a, pinner, t0)
+                    ready(f"round {rnd} {x.name}", x, k, a, pinner, t0)
                     live.append(x)
                 except Exception as e:
                     failed.append(x.name)
