@@ -430,6 +430,7 @@ def main(argv=None, server_factory=Server, pinner_factory=pinning.Pinner) -> int
     loads = workloads(a)
     out = Path(a.out)
     rounds = f" x {a.rounds} rounds" if a.rounds > 1 else ""
+    rounds += f", servers up at once, points in up to {a.interleave} slices taken in turn" if a.interleave else ""
     print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points{rounds} -> {out}", flush=True)
     for cfg in plan:
         print(f"  {cfg.label}: {cfg.command()}")
