@@ -323,7 +323,9 @@ class Sweep:
         self.results = out / "results.jsonl"
         self.results.write_text("")
 
-    def server(self, cfg, name: str, port: int, server_factory) -> Live:
+    def server(self, cfg, rnd: int, port: int, server_factory) -> Live:
+        # Each server's files keep its round in the name.
+        name = cfg.label if self.a.rounds == 1 else f"{cfg.label}-round{rnd}"
         # The table the policy decided with, after each point: how its prices moved.
         table = self.out / f"cost-table-{name}.json" if cfg.decides_by_costs else None
         args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else cfg.args
@@ -366,13 +368,12 @@ def ready(tag: str, x: Live, slot: int, a, pinner, t0: float) -> None:
 
 def run_in_turn(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, failed: list) -> None:
     # Rounds interleave (a, b, a, b): a drift of the host over the run touches every
-    # configuration alike. Each server's log keeps its round in the name.
+    # configuration alike.
     served = [(r, cfg) for r in range(1, a.rounds + 1) for cfg in plan]
     for i, (rnd, cfg) in enumerate(served, 1):
-        name = cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}"
+        x = sweep.server(cfg, rnd, a.port, server_factory)
+        srv, name = x.srv, x.name
         tag = f"{i}/{len(served)} {name}"
-        x = sweep.server(cfg, name, a.port, server_factory)
-        srv = x.srv
         t0 = time.time()
         try:
             srv.start()
@@ -391,9 +392,7 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
     """Every configuration's server up at once (own port, with --pin-cpus own core),
     each point measured in slices taken in turn (measure_interleaved)."""
     for rnd in range(1, a.rounds + 1):
-        names = [cfg.label if a.rounds == 1 else f"{cfg.label}-round{rnd}" for cfg in plan]
-        servers = [sweep.server(cfg, name, a.port + 10 * k, server_factory)
-                   for k, (cfg, name) in enumerate(zip(plan, names))]
+        servers = [sweep.server(cfg, rnd, a.port + 10 * k, server_factory) for k, cfg in enumerate(plan)]
         t0 = time.time()
         live = []
         try:

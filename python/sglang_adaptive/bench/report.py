@@ -86,14 +86,21 @@ def paired_slices_table(rows: list[dict]) -> str:
     for point, by_round in sorted(slices.items()):
         cells = [f"{point:g}"]
         for label in others:
-            ratios = [mine / best
-                      for by in by_round.values() if label in by and any(x in by for x in STATIC)
-                      for mine, best in zip(by[label], [max(v) for v in zip(*(by[x] for x in STATIC if x in by))])
-                      if best > 0]
+            ratios = [r for by in by_round.values() for r in _slice_ratios(by, label)]
             cells.append(f"{median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} slices)"
                          if ratios else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _slice_ratios(by_label: dict, label: str) -> list[float]:
+    """One round of one interleaved point: ``label``'s output in each slice over the
+    better static mode's in that slice."""
+    statics = [by_label[x] for x in STATIC if x in by_label]
+    if label not in by_label or not statics:
+        return []
+    best = [max(v) for v in zip(*statics)]
+    return [mine / b for mine, b in zip(by_label[label], best) if b > 0]
 
 
 def best_static(values: dict, lower_is_better: bool = False):
