@@ -91,6 +91,10 @@
 #        tinyinter  the tiny pair's three servers up at once, each scheduler on its own core, every point
 #               measured in slices taken in turn (--interleave 8 --pin-cpus; spread lengths, 24 requests
 #               per slot; ~4 min cold): host drift over seconds then slows every configuration alike
+#        tinyinterjudge  tinyinter without --decision-log (the log's line per batch costs the goodput
+#               server host time static EAGLE-3 does not pay; ~5 min cold)
+#        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
+#               pinned, c=1, 8, 64 (~4 min): what the goodput policy adds to a speculative step
 #        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
 #               time with the placement noise out (~3 min)
 #        tinyc1  tinyspread2's c=1 alone, static EAGLE-3 and goodput, 48 requests each (~4 min cold)
@@ -414,6 +418,15 @@ if [ "$cmd" = start ]; then
             tinyinter) GOODPUT_RPC=24 sweep gt-tiny-inter --pair tiny --in-len 64 --closed 1,8,64 \
                           --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log \
                           --pin-cpus --interleave 8 ;;
+            tinyinterjudge) GOODPUT_RPC=24 sweep gt-tiny-judge --pair tiny --in-len 64 --closed 1,8,64 \
+                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 \
+                          --pin-cpus --interleave 8 ;;
+            hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus
+                        ht hg-goodput --configs adaptive-goodput --pin-cpus
+                        ht hg-goodput-log --configs adaptive-goodput --pin-cpus --decision-log
+                        step hg-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \
+                            --bucket decode-64 --json "$W/hg-report/hosttime.json" eagle3="$W/hg-eagle3/timing" \
+                            goodput="$W/hg-goodput/timing" goodput-log="$W/hg-goodput-log/timing" ;;
             hostpinned) ht hp-plain --configs plain --pin-cpus
                         ht hp-always-plain --configs adaptive-threshold --threshold 0 --pin-cpus
                         step hp-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \

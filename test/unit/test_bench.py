@@ -686,11 +686,13 @@ def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(
         def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
             self.label, self.port, self.url = label, port, f"fake://{label}"
             self.proc = type("Proc", (), {"pid": port})()
+            self.memory = [args[i + 1] for i, x in enumerate(args) if x == "--mem-fraction-static"]
 
         def start(self):
+            events.append(("start", self.label, self.port, self.memory))
             if self.label == "adaptive-threshold":
                 raise RuntimeError("server exited")
-            events.append(("start", self.label, self.port))
+            events.append(("up", self.label))
 
         def stop(self):
             events.append(("stop", self.label))
@@ -723,9 +725,14 @@ def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(
                      "--port", "31000"], server_factory=FakeServer, pinner_factory=FakePinner)
     assert rc == 1  # adaptive-threshold did not start; the other three are measured
     assert events[0] == ("slots", 4)
-    assert sorted(e[1:] for e in events if e[0] == "start") == [
-        ("adaptive-goodput", 31030), ("eagle3", 31010), ("plain", 31000)]
-    assert [e[2] for e in events if e[0] == "pin"] == [0, 1, 3]  # each its own core
+    # One start at a time, each once the one before is up (and pinned to its own
+    # core), each holding 0.6 / 4 of the GPU: its fraction of what the earlier left.
+    assert events[1:10] == [
+        ("start", "plain", 31000, ["0.15"]), ("up", "plain"), ("pin", 31000, 0),
+        ("start", "eagle3", 31010, ["0.176"]), ("up", "eagle3"), ("pin", 31010, 1),
+        ("start", "adaptive-threshold", 31020, ["0.214"]),
+        ("start", "adaptive-goodput", 31030, ["0.273"]), ("up", "adaptive-goodput")]
+    assert events[10] == ("pin", 31030, 3)
     # 32 requests at c=2: 4 slices of 8 (4 waves each, not the 8 asked), the order
     # rotating by one, every server sent the same requests within a slice.
     live = ["plain", "eagle3", "adaptive-goodput"]

@@ -717,6 +717,23 @@ def test_policies_that_do_not_read_costs_never_share_them(tmp_path):
     assert json.loads((tmp_path / "costs.json").read_text())["policy"].startswith("threshold")
 
 
+def test_the_cost_table_file_is_rewritten_once_a_second_or_when_a_bucket_comes(tmp_path, monkeypatch):
+    """A write costs about 0.45 ms: at every sync (32 batches) half a percent of a tiny
+    pair's speculative step."""
+    clock, writes = Clock(), []
+    monkeypatch.setattr(ctl, "write_cost_table", lambda path, table, policy: writes.append(
+        (clock.t, sorted(b for v in table.values() for b in v))))
+    tables = iter([{costs.PLAIN: {8: 0.003}}] * 3 + [{costs.PLAIN: {8: 0.003, 16: 0.004}}] * 9)
+    c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, share=lambda t: next(tables),
+                                   sync_every=2, cost_table_path=str(tmp_path / "costs.json"), clock=clock)
+    for i in range(24):  # a sync every second prepare, 0.2 s apart: 12 syncs over 4.6 s
+        c.on_prepare(False, 8, i)
+        clock.t += 0.2
+    # The first sync, the bucket that came at the fourth, then one a second.
+    assert writes == [(pytest.approx(0.2), [8]), (pytest.approx(1.4), [8, 16]), (pytest.approx(2.6), [8, 16]),
+                      (pytest.approx(3.8), [8, 16])], writes
+
+
 def test_a_cost_table_path_that_is_not_a_regular_file_is_written_through(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

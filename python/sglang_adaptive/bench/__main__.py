@@ -28,7 +28,6 @@ import os
 import random
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from sglang_adaptive.bench.workloads import (
     parse_phases,
     with_json_schema,
 )
-from sglang_adaptive.testing import PORT_BASE_ENV, Server, make_requests
+from sglang_adaptive.testing import PORT_BASE_ENV, Server, make_requests, without_flags
 
 
 # Low concurrencies get at least this many requests: with 8 at concurrency 1 the
@@ -54,6 +53,19 @@ MIN_CLOSED_REQUESTS = 24
 # A slice of an interleaved point holds at least this many waves of requests: fewer,
 # and filling and draining the batch would be most of it.
 MIN_SLICE_WAVES = 4
+
+# Interleaved servers share one GPU: together their static memory (weights and KV
+# pool) takes this share of it; the rest is for their CUDA graphs and activations.
+INTERLEAVE_GPU_SHARE = 0.6
+
+
+def memory_fraction(k: int, n: int) -> float:
+    """--mem-fraction-static of the k-th of n servers started one after another on one
+    GPU. SGLang applies it to the memory free when the server starts, so each holds
+    INTERLEAVE_GPU_SHARE / n of the GPU only if its fraction grows by what the k
+    earlier servers took."""
+    share = INTERLEAVE_GPU_SHARE / n
+    return round(share / (1 - k * share), 3)
 
 
 def parse_args(argv=None):
@@ -124,8 +136,9 @@ def parse_args(argv=None):
                         "core) and measure each closed-loop point in up to SLICES slices taken in turn, the "
                         "same requests for every configuration within a slice (each slice at least "
                         f"{MIN_SLICE_WAVES} waves): a host whose speed drifts over seconds then slows every "
-                        "configuration alike. Closed loop only; for pairs whose servers fit on the GPU together "
-                        "(the tiny pair); rows carry slices and slice_tok_per_s")
+                        "configuration alike. Closed loop only; the servers start one after another, together "
+                        f"holding {INTERLEAVE_GPU_SHARE:.0%} of the GPU in equal shares, so for pairs that fit "
+                        "so (the tiny pair); rows carry slices and slice_tok_per_s")
     p.add_argument("--dry-run", action="store_true")
     a = p.parse_args(argv)
     if a.pair == "custom" and not (a.target and a.draft):
@@ -323,12 +336,15 @@ class Sweep:
         self.results = out / "results.jsonl"
         self.results.write_text("")
 
-    def server(self, cfg, rnd: int, port: int, server_factory) -> Live:
+    def server(self, cfg, rnd: int, port: int, server_factory, memory: float | None = None) -> Live:
+        """``memory``: the server's --mem-fraction-static, where it shares the GPU."""
         # Each server's files keep its round in the name.
         name = cfg.label if self.a.rounds == 1 else f"{cfg.label}-round{rnd}"
         # The table the policy decided with, after each point: how its prices moved.
         table = self.out / f"cost-table-{name}.json" if cfg.decides_by_costs else None
-        args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else cfg.args
+        args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else list(cfg.args)
+        if memory is not None:
+            args = [*without_flags(args, ["--mem-fraction-static"]), "--mem-fraction-static", str(memory)]
         # Why each batch ran in its mode (--decision-log): rows count the reasons per point.
         decided = self.out / f"decisions-{name}.jsonl" if self.a.decision_log and cfg.decides_by_costs else None
         env = {**cfg.env, decisions.ENV: str(decided)} if decided else cfg.env
@@ -392,15 +408,16 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
     """Every configuration's server up at once (own port, with --pin-cpus own core),
     each point measured in slices taken in turn (measure_interleaved)."""
     for rnd in range(1, a.rounds + 1):
-        servers = [sweep.server(cfg, rnd, a.port + 10 * k, server_factory) for k, cfg in enumerate(plan)]
-        t0 = time.time()
+        servers = [sweep.server(cfg, rnd, a.port + 10 * k, server_factory, memory=memory_fraction(k, len(plan)))
+                   for k, cfg in enumerate(plan)]
         live = []
         try:
-            with ThreadPoolExecutor(max(1, len(servers))) as pool:  # start-up is mostly CPU work: overlap it
-                starts = [pool.submit(x.srv.start) for x in servers]
-            for k, (x, started) in enumerate(zip(servers, starts)):
+            # One after another: a server sizes its KV pool from the memory free while it
+            # starts, and starts that overlap count each other's allocations as free.
+            for k, x in enumerate(servers):
+                t0 = time.time()
                 try:
-                    started.result()
+                    x.srv.start()
                     ready(f"round {rnd} {x.name}", x, k, a, pinner, t0)
                     live.append(x)
                 except Exception as e:
