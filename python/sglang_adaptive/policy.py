@@ -400,6 +400,18 @@ class GoodputPolicy(ModePolicy):
         self._slower = {mode: self._slower_than_larger(self.costs[mode]) for mode in (costs.PLAIN, costs.SPEC)}
         self._answers.clear()
 
+    @property
+    def costs(self) -> dict:
+        return self._costs
+
+    @costs.setter
+    def costs(self, table: dict) -> None:
+        self._costs = table
+        # What the table says at a batch size (measured near it, its step times), kept
+        # until the next table: an answer reads it some ten times, and the scheduler
+        # asks at a new context every batch (about 40 us an answer on the H100's host).
+        self._table_at: dict[tuple, object] = {}
+
     @staticmethod
     def _slower_than_larger(times: dict) -> set:
         """Buckets whose time exceeds some larger bucket's."""
@@ -449,10 +461,10 @@ class GoodputPolicy(ModePolicy):
             return 0.0
         own, other = (costs.SPEC_PREFILL, costs.PLAIN_PREFILL) if speculative else (
             costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
-        if self._measured_near(self.costs[own], batch_size):
-            return n * max(0.0, costs.lookup(self.costs[own], batch_size))
-        if derive and self._measured_near(self.costs[other], batch_size):
-            return n * max(0.0, costs.lookup(self.costs[other], batch_size) + t_other - t_own)
+        if self._near(own, batch_size):
+            return n * max(0.0, self._lookup(own, batch_size))
+        if derive and self._near(other, batch_size):
+            return n * max(0.0, self._lookup(other, batch_size) + t_other - t_own)
         return 0.0
 
     def _unpriced(self, batch_size: int, p: Prediction, context: int) -> bool | None:
@@ -468,8 +480,8 @@ class GoodputPolicy(ModePolicy):
         bucket: where prefills seldom fall between back-to-back steps of one mode (fixed
         output lengths, the refill of a wave) an exploration files nothing, and the
         derived price stands."""
-        plain_priced = self._measured_near(self.costs[costs.PLAIN_PREFILL], batch_size)
-        if plain_priced == self._measured_near(self.costs[costs.SPEC_PREFILL], batch_size):
+        plain_priced = self._near(costs.PLAIN_PREFILL, batch_size)
+        if plain_priced == self._near(costs.SPEC_PREFILL, batch_size):
             return None  # both measured, or neither (then prefills count in neither mode)
         speculative = plain_priced
         if self._price_explored.get((speculative, costs.bucket(batch_size)), 0) >= self.PRICE_EXPLORATIONS:
@@ -542,6 +554,21 @@ class GoodputPolicy(ModePolicy):
     def _measured_near(by_bucket: dict, batch_size: int) -> bool:
         return any(batch_size / 2 <= b <= 2 * batch_size for b in by_bucket)
 
+    def _near(self, mode: str, batch_size: int) -> bool:
+        """``_measured_near`` in the current table, per table."""
+        key = ("near", mode, batch_size)
+        near = self._table_at.get(key)
+        if near is None:
+            near = self._table_at[key] = self._measured_near(self.costs[mode], batch_size)
+        return near
+
+    def _lookup(self, mode: str, batch_size: int, above: str = "flat") -> float | None:
+        """``costs.lookup`` in the current table, per table."""
+        key = (mode, batch_size, above)
+        if key not in self._table_at:
+            self._table_at[key] = costs.lookup(self.costs[mode], batch_size, above=above)
+        return self._table_at[key]
+
     def probe_interval(self, t_plain: float, t_spec: float, t_window: float | None = None) -> int:
         """Plain steps between probes: a probe costs t_spec - t_plain more than the
         plain step it replaces, or what its measured window (``t_window``: the probe
@@ -555,13 +582,13 @@ class GoodputPolicy(ModePolicy):
 
     def _spec_measured_for(self, batch_size: int) -> bool:
         spec = self.costs[costs.SPEC]
-        return (self._measured_near(spec, batch_size) and batch_size <= self.REACH * max(spec)
+        return (self._near(costs.SPEC, batch_size) and batch_size <= self.REACH * max(spec)
                 and costs.bucket(batch_size) * self.REACH >= min(spec))
 
     def _plain_measured_for(self, batch_size: int) -> bool:
         # Read flat from a larger batch, plain's time is an upper bound (class doc).
         plain = self.costs[costs.PLAIN]
-        return self._measured_near(plain, batch_size) and costs.bucket(batch_size) * self.REACH >= min(plain)
+        return self._near(costs.PLAIN, batch_size) and costs.bucket(batch_size) * self.REACH >= min(plain)
 
     def _decide(self, batch_size: int, context: int = 0) -> tuple[bool, str]:
         answer = self._answers.get((batch_size, context))
@@ -620,8 +647,7 @@ class GoodputPolicy(ModePolicy):
         # ahead, plain for some 1,100 steps at 7 verifies a round).
         if self._may_extend and spec > plain * (1 + self.hysteresis):
             return True, "refresh"
-        windows = self.costs[costs.PROBE]
-        t_window = costs.lookup(windows, batch_size) if self._measured_near(windows, batch_size) else None
+        t_window = self._lookup(costs.PROBE, batch_size) if self._near(costs.PROBE, batch_size) else None
         interval = self.probe_interval(p.t_plain, p.t_spec, t_window)
         stale = self._stale_spec(batch_size, interval)
         # A probe only pays where its verify could change the answer: not where even
@@ -640,9 +666,9 @@ class GoodputPolicy(ModePolicy):
         """Output tokens per second and request, with both modes' step times measured
         near ``batch_size``, at ``context`` tokens in the batch (``derive``: see
         ``_prefill_time``)."""
-        t_plain = (costs.lookup(self.costs[costs.PLAIN], batch_size, above="linear")
+        t_plain = (self._lookup(costs.PLAIN, batch_size, above="linear")
                    + self.per_token.get(costs.PLAIN, 0.0) * context)
-        t_spec = (costs.lookup(self.costs[costs.SPEC], batch_size, above="proportional")
+        t_spec = (self._lookup(costs.SPEC, batch_size, above="proportional")
                   + self.per_token.get(costs.SPEC, 0.0) * context)
 
         def spec_rate(tokens: float) -> float:  # tokens a step over its time, prefills after it included

@@ -733,6 +733,10 @@ def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(
         ("start", "adaptive-threshold", 31020, ["0.214"]),
         ("start", "adaptive-goodput", 31030, ["0.273"]), ("up", "adaptive-goodput")]
     assert events[10] == ("pin", 31030, 3)
+    # Before each slice the live servers' cores rotate by one: each serves every slice
+    # count on every core, so a slower core slows every configuration alike.
+    repins = [e[1:] for e in events[11:] if e[0] == "pin"]
+    assert repins == [(pid, [0, 1, 3][(k + s) % 3]) for s in range(4) for k, pid in enumerate((31000, 31010, 31030))]
     # 32 requests at c=2: 4 slices of 8 (4 waves each, not the 8 asked), the order
     # rotating by one, every server sent the same requests within a slice.
     live = ["plain", "eagle3", "adaptive-goodput"]
@@ -746,6 +750,8 @@ def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(
     assert all(r["slices"] == 4 and len(r["slice_tok_per_s"]) == 4 and r["requests"] == 32 and r["pinned"]
                for r in rows)
     assert all(len(r["slice_host_steal"]) == 4 and "host_steal" in r and "scheduler_cpu_steal" in r for r in rows)
+    assert [r["slice_scheduler_cpus"] for r in rows] == [
+        [[9], [10], [12], [9]], [[10], [12], [9], [10]], [[12], [9], [10], [12]]]
     assert sorted(e[1] for e in events if e[0] == "stop") == sorted([*live, "adaptive-threshold"])
     assert "[round 1 adaptive-threshold] FAILED: server exited" in capsys.readouterr().err
 

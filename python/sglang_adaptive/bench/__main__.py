@@ -135,7 +135,8 @@ def parse_args(argv=None):
                    help="serve every configuration at once (each on its own port, with --pin-cpus on its own "
                         "core) and measure each closed-loop point in up to SLICES slices taken in turn, the "
                         "same requests for every configuration within a slice (each slice at least "
-                        f"{MIN_SLICE_WAVES} waves): a host whose speed drifts over seconds then slows every "
+                        f"{MIN_SLICE_WAVES} waves), with --pin-cpus the schedulers' cores rotating each slice: "
+                        "a host whose speed drifts over seconds, or a slower core, then slows every "
                         "configuration alike. Closed loop only; the servers start one after another, together "
                         f"holding {INTERLEAVE_GPU_SHARE:.0%} of the GPU in equal shares, so for pairs that fit "
                         "so (the tiny pair); rows carry slices and slice_tok_per_s")
@@ -290,20 +291,29 @@ class Live:
     decided: Path | None  # its decision log (--decision-log)
     table: Path | None  # its step-cost table
     cpus: frozenset | None = None  # its scheduler's CPUs, once pinned
+    slot: int = 0  # its share of the pinning plan (--interleave: one per server)
 
 
-def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs.Pair | None = None) -> list[dict]:
+def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs.Pair | None = None,
+                        pinner=None) -> list[dict]:
     """One closed-loop point on every live server, in slices taken in turn (the order
     rotating by one each slice), the same requests for every server within a slice:
-    a host whose speed drifts over seconds slows every configuration alike. Each row
-    sums its server's slices."""
+    a host whose speed drifts over seconds slows every configuration alike. Pinned,
+    the schedulers' cores rotate by one each slice too: a slower core slows every
+    configuration alike. Each row sums its server's slices."""
     n = slices_of(w, a.interleave)
     part = Closed(w.concurrency, w.num_requests // n)
-    opened = [PointLog(x.srv.log_text, x.decided, x.cpus) for x in live]
+    # The steal on every server's core: each runs on all of them in turn.
+    cpus = frozenset().union(*(x.cpus for x in live)) if pinner is not None else None
+    opened = [PointLog(x.srv.log_text, x.decided, cpus) for x in live]
     records = [[] for _ in live]
     seconds, per_slice, starts = [0.0] * len(live), [[] for _ in live], [None] * len(live)
-    steal = [[] for _ in live]
+    steal, cores = [[] for _ in live], [[] for _ in live]
     for s in range(n):
+        if pinner is not None:
+            for k, x in enumerate(live):
+                plan = pinner.pin_server(x.srv.proc.pid, live[(k + s) % len(live)].slot)
+                cores[k].append(sorted(frozenset().union(*plan.schedulers)))
         reqs = requests_for(part, a, seed * 1000 + s)
         for k in [(s + i) % len(live) for i in range(len(live))]:
             cpu_before = hostload.cpu_times()
@@ -317,6 +327,8 @@ def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs
     for k, x in enumerate(live):
         row = point_row(x.label, w, a, opened[k], records[k], starts[k], seconds[k], pair, x.strategy)
         row.update(slices=n, slice_tok_per_s=per_slice[k], slice_host_steal=steal[k])
+        if pinner is not None:
+            row["slice_scheduler_cpus"] = cores[k]
         rows.append(row)
     return rows
 
@@ -418,6 +430,7 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
                 t0 = time.time()
                 try:
                     x.srv.start()
+                    x.slot = k
                     ready(f"round {rnd} {x.name}", x, k, a, pinner, t0)
                     live.append(x)
                 except Exception as e:
@@ -426,7 +439,7 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
             for j, w in enumerate(loads):
                 if not live:
                     break
-                for x, row in zip(live, measure_interleaved(live, w, a, seed=j, pair=pair)):
+                for x, row in zip(live, measure_interleaved(live, w, a, seed=j, pair=pair, pinner=pinner)):
                     sweep.add(f"round {rnd} {x.name}", row, w, rnd, x)
         except Exception as e:  # a point that broke loses this round's later points, not the run
             failed.extend(x.name for x in live)
