@@ -29,14 +29,22 @@ from sglang_adaptive.upstream import UpstreamDriftError, sglang_symbols as up
 _reserve_override: int | None = None
 
 
-@contextlib.contextmanager
-def _reserve(value: int | None):
-    global _reserve_override
-    previous, _reserve_override = _reserve_override, value
-    try:
-        yield
-    finally:
-        _reserve_override = previous
+class _reserve:
+    """The reserve in force while the block runs. A class, not a generator context
+    manager: entered twice a batch, that costs 1.8 us here, this 0.6."""
+
+    __slots__ = ("value", "previous")
+
+    def __init__(self, value: int | None):
+        self.value = value
+
+    def __enter__(self) -> None:
+        global _reserve_override
+        self.previous, _reserve_override = _reserve_override, self.value
+
+    def __exit__(self, *exc) -> None:
+        global _reserve_override
+        _reserve_override = self.previous
 
 
 def around_get_alloc_reserve_per_decode(original, server_args=None):

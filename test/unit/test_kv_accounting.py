@@ -168,6 +168,7 @@ def test_memory_check_uses_the_mode_reserve(make_batch):
     ctl.install(ctl.AdaptiveModeController(ThresholdPolicy(4), spec_width=NUM_DRAFT_TOKENS))
     # 8 requests > threshold: plain, 2 slots each fit in 16 free tokens.
     assert batch.check_decode_mem()
+    assert get_alloc_reserve_per_decode() == 2 * NUM_DRAFT_TOKENS, "the plain reserve ends with its check"
     # Retraction asks for a subset of 4: speculative, 2 x 4 slots each do not fit.
     assert not batch.check_decode_mem(selected_indices=[0, 1, 2, 3])
     assert get_alloc_reserve_per_decode() == 2 * NUM_DRAFT_TOKENS  # outside a check
