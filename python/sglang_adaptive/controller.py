@@ -79,13 +79,13 @@ class ModeStats:
         return text
 
 
-# RecoveryProfile.summary() as logged ("AdaptiveEAGLE " + summary): the stretch length,
-# then "step I: TOKENS/VERIFY (VERIFIES)" groups, then the steady value.
 # The cost table file is rewritten at most this often (and whenever a bucket comes or
 # goes): a write (JSON, a rename) costs about 0.45 ms, every 32 decode batches 14 us a
 # batch, half a percent of a tiny pair's 3 ms speculative step.
 TABLE_WRITE_EVERY_S = 1.0
 
+# RecoveryProfile.summary() as logged ("AdaptiveEAGLE " + summary): the stretch length,
+# then "step I: TOKENS/VERIFY (VERIFIES)" groups, then the steady value.
 RECOVERY_LOG_PATTERN = r"AdaptiveEAGLE acceptance after plain stretches of >= (\d+) steps: (.*)"
 RECOVERY_STEP_PATTERN = r"step (\d+|>\d+): ([\d.]+) \((\d+)\)"
 
