@@ -125,7 +125,8 @@ def parse_args(argv=None):
                         "side on one host, one per GPU (CUDA_VISIBLE_DEVICES), need distinct ports")
     p.add_argument("--decision-log", action="store_true",
                    help="goodput servers log why each decode batch ran in its mode (OUT/decisions-NAME.jsonl; "
-                        "a few microseconds a batch); rows count the reasons per point")
+                        "about 70 us a batch on the H100's host, so leave it off where throughput is judged); "
+                        "rows count the reasons per point")
     p.add_argument("--pin-cpus", action="store_true",
                    help="pin each scheduler process to a physical core of its own and everything else "
                         "(the server's other processes, this client) to the other cores: a host-bound pair's "
@@ -313,7 +314,7 @@ def measure_interleaved(live: list[Live], w: Closed, a, seed: int, pair: configs
         if pinner is not None:
             for k, x in enumerate(live):
                 plan = pinner.pin_server(x.srv.proc.pid, live[(k + s) % len(live)].slot)
-                cores[k].append(sorted(frozenset().union(*plan.schedulers)))
+                cores[k].append(sorted(plan.scheduler_cpus))
         reqs = requests_for(part, a, seed * 1000 + s)
         for k in [(s + i) % len(live) for i in range(len(live))]:
             cpu_before = hostload.cpu_times()
@@ -382,11 +383,11 @@ class Sweep:
               + (f", {row['errors']} errors" if row["errors"] else ""), flush=True)
 
 
-def ready(tag: str, x: Live, slot: int, a, pinner, t0: float) -> None:
+def ready(tag: str, x: Live, a, pinner, t0: float) -> None:
     print(f"[{tag}] ready after {time.time() - t0:.0f} s", flush=True)
     if pinner is not None:
-        plan = pinner.pin_server(x.srv.proc.pid, slot)
-        x.cpus = frozenset().union(*plan.schedulers)
+        plan = pinner.pin_server(x.srv.proc.pid, x.slot)
+        x.cpus = plan.scheduler_cpus
         print(f"[{tag}] pinned: {plan.describe()}", flush=True)
     if a.warmup:
         t1 = time.time()
@@ -405,7 +406,7 @@ def run_in_turn(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, fail
         t0 = time.time()
         try:
             srv.start()
-            ready(tag, x, 0, a, pinner, t0)
+            ready(tag, x, a, pinner, t0)
             for j, w in enumerate(loads):
                 sweep.add(tag, measure(cfg.label, srv.url, w, a, srv.log_text, seed=j, pair=pair,
                                        strategy=cfg.strategy, decisions_log=x.decided, cpus=x.cpus), w, rnd, x)
@@ -431,7 +432,7 @@ def run_interleaved(plan, loads, a, pair, sweep: Sweep, server_factory, pinner, 
                 try:
                     x.srv.start()
                     x.slot = k
-                    ready(f"round {rnd} {x.name}", x, k, a, pinner, t0)
+                    ready(f"round {rnd} {x.name}", x, a, pinner, t0)
                     live.append(x)
                 except Exception as e:
                     failed.append(x.name)

@@ -65,6 +65,10 @@ class Plan:
     schedulers: tuple[frozenset[int], ...]  # one physical core each, by scheduler title order
     rest: frozenset[int]
 
+    @property
+    def scheduler_cpus(self) -> frozenset[int]:
+        return frozenset().union(*self.schedulers)
+
     def slot(self, k: int, schedulers: int) -> Plan:
         """The k-th server's share where several run at once (``--interleave``)."""
         return Plan(self.schedulers[k * schedulers:(k + 1) * schedulers], self.rest)
