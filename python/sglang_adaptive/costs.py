@@ -162,7 +162,10 @@ class StepCosts:
         self.slopes[mode].add(batch_size, context, seconds)
         self._add(mode, batch_size, seconds)
         key = (mode, bucket(batch_size))
-        self._contexts.setdefault(key, deque(maxlen=self.window)).append(context)
+        contexts = self._contexts.get(key)
+        if contexts is None:  # not setdefault: that builds a deque every step
+            contexts = self._contexts[key] = deque(maxlen=self.window)
+        contexts.append(context)
 
     def add_probe(self, batch_size: int, seconds: float) -> None:
         """The three intervals around a lone speculative step (see the module doc)."""
@@ -205,7 +208,11 @@ class StepCosts:
         return median(t - slope * x for t, x in zip(samples, self._contexts[(mode, bucket_)]))
 
     def _add(self, mode: str, batch_size: int, seconds: float) -> None:
-        self._samples.setdefault((mode, bucket(batch_size)), deque(maxlen=self.window)).append(seconds)
+        key = (mode, bucket(batch_size))
+        samples = self._samples.get(key)
+        if samples is None:
+            samples = self._samples[key] = deque(maxlen=self.window)
+        samples.append(seconds)
 
     def forget(self, mode: str, bucket_: int) -> None:
         """Drop one bucket's samples (a re-measurement starts afresh)."""

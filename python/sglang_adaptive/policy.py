@@ -17,6 +17,7 @@ step-cost table rank 0 shares with every rank (``set_costs``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sglang_adaptive import costs
@@ -159,10 +160,15 @@ class AcceptanceEstimator:
         # a whole batch one length), so the estimate is only as sure as the number of
         # steps behind it. Decayed sums of weight, step mean and its square.
         self._steps = self._sum = self._sum_sq = 0.0
+        # expected_tokens() and standard_error() as of the last update: the policy reads
+        # them at every answer and after every launch, and they move only here.
+        self._expected: float | None = None
+        self._error: float | None = None
 
     def update(self, num_correct: list[int], step: int) -> None:
         if not num_correct:
             return
+        self._expected = self._error = None
         factor = 0.5 ** ((step - self._aged_at) / self.half_life)
         self._aged_at = step
         mean = 1.0 + sum(num_correct) / len(num_correct)
@@ -186,15 +192,22 @@ class AcceptanceEstimator:
         return [a / r for a, r in zip(self.accepted, self.reached)]
 
     def expected_tokens(self) -> float:
-        total, chain = 1.0, 1.0
-        for rate in self.rates():
-            chain *= rate
-            total += chain
-        return total
+        if self._expected is None:
+            total, chain = 1.0, 1.0
+            for rate in self.rates():
+                chain *= rate
+                total += chain
+            self._expected = total
+        return self._expected
 
     def standard_error(self) -> float:
         """Of ``expected_tokens``, from the spread of the step means and the
         (decayed) number of steps: infinite before any verify."""
+        if self._error is None:
+            self._error = self._standard_error()
+        return self._error
+
+    def _standard_error(self) -> float:
         if self._steps == 0.0:
             return math.inf
         spread = max(0.0, self._sum_sq - self._sum * self._sum / self._steps)
@@ -247,18 +260,29 @@ class PrefillRate:
                 "batches_per_event": self._batches / self._events if self._events else 0.0}
 
 
-@dataclass(frozen=True)
 class Prediction:
     """What the goodput policy predicts at one batch size: the step times (seconds) and
     output tokens per second and request, plain and speculative (at the expected
-    acceptance, at it less one standard error, with every draft accepted)."""
+    acceptance; ``sure`` at it less one standard error, ``best`` with every draft
+    accepted). ``sure`` and ``best`` are read only while plain, so they are worked out
+    when read: a speculating server's answer needs neither."""
 
-    t_plain: float
-    t_spec: float
-    plain: float
-    spec: float
-    sure: float
-    best: float
+    __slots__ = ("t_plain", "t_spec", "plain", "spec", "_rate", "_acceptance")
+
+    def __init__(self, t_plain: float, t_spec: float, plain: float, rate: Callable[[float], float],
+                 acceptance: AcceptanceEstimator):
+        self.t_plain, self.t_spec, self.plain = t_plain, t_spec, plain
+        self._rate, self._acceptance = rate, acceptance
+        self.spec = rate(acceptance.expected_tokens())
+
+    @property
+    def sure(self) -> float:
+        a = self._acceptance
+        return self._rate(a.expected_tokens() - a.standard_error())
+
+    @property
+    def best(self) -> float:
+        return self._rate(self._acceptance.k + 1.0)
 
 
 class GoodputPolicy(ModePolicy):
@@ -581,14 +605,24 @@ class GoodputPolicy(ModePolicy):
         return max(self.probe_every, math.ceil(extra / self.probe_budget))
 
     def _spec_measured_for(self, batch_size: int) -> bool:
-        spec = self.costs[costs.SPEC]
-        return (self._near(costs.SPEC, batch_size) and batch_size <= self.REACH * max(spec)
+        key = ("spec_for", batch_size)
+        measured = self._table_at.get(key)
+        if measured is None:
+            spec = self.costs[costs.SPEC]
+            measured = self._table_at[key] = bool(
+                self._near(costs.SPEC, batch_size) and batch_size <= self.REACH * max(spec)
                 and costs.bucket(batch_size) * self.REACH >= min(spec))
+        return measured
 
     def _plain_measured_for(self, batch_size: int) -> bool:
         # Read flat from a larger batch, plain's time is an upper bound (class doc).
-        plain = self.costs[costs.PLAIN]
-        return self._near(costs.PLAIN, batch_size) and costs.bucket(batch_size) * self.REACH >= min(plain)
+        key = ("plain_for", batch_size)
+        measured = self._table_at.get(key)
+        if measured is None:
+            plain = self.costs[costs.PLAIN]
+            measured = self._table_at[key] = bool(
+                self._near(costs.PLAIN, batch_size) and costs.bucket(batch_size) * self.REACH >= min(plain))
+        return measured
 
     def _decide(self, batch_size: int, context: int = 0) -> tuple[bool, str]:
         answer = self._answers.get((batch_size, context))
@@ -675,12 +709,8 @@ class GoodputPolicy(ModePolicy):
             prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain, derive)
             return tokens / (t_spec + prefills) if tokens > 0 else 0.0
 
-        expected = self.acceptance.expected_tokens()
         plain_prefills = self._prefill_time(batch_size, batch_size, False, t_plain, t_spec, derive)
-        return Prediction(
-            t_plain, t_spec, plain=1.0 / (t_plain + plain_prefills),
-            spec=spec_rate(expected), sure=spec_rate(expected - self.acceptance.standard_error()),
-            best=spec_rate(self.acceptance.k + 1.0))
+        return Prediction(t_plain, t_spec, 1.0 / (t_plain + plain_prefills), spec_rate, self.acceptance)
 
     def speculate(self, batch_size: int, context: int = 0) -> bool:
         return self._decide(batch_size, context)[0]
