@@ -29,6 +29,8 @@ HOOKS: tuple[Hook, ...] = (
     # Prefill mode: whether a prefill runs the draft's extend or only the target.
     Hook("sglang.srt.managers.schedule_batch.ScheduleBatch.prepare_for_extend", "AFTER",
          scheduler_hooks.after_prepare_for_extend),
+    # Step costs: an interval that spans an idle wait is no step's or prefill's cost.
+    Hook("sglang.srt.managers.scheduler.Scheduler.on_idle", "AFTER", scheduler_hooks.after_scheduler_on_idle),
     # KV reserve per request: the plain reserve replaces 2 x alloc_len for plain batches.
     Hook("sglang.srt.mem_cache.allocation_sizing.get_alloc_reserve_per_decode", "AROUND",
          scheduler_hooks.around_get_alloc_reserve_per_decode),

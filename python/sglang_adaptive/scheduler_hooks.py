@@ -89,6 +89,13 @@ def after_prepare_for_extend(result, self):
     return result
 
 
+def after_scheduler_on_idle(result, self):
+    """No step or prefill time is filed across a wait with nothing to run
+    (``AdaptiveModeController.on_idle``)."""
+    ctl.current().on_idle()
+    return result
+
+
 def around_alloc_for_spec_decode(original, tree_cache, req_to_token_pool, *, nxt_kv_lens_cpu, **kwargs):
     # Upstream ends with `for i, req in enumerate(reqs): ... int(nxt_kv_lens_cpu[i])`,
     # a tensor select and item per request: about 1 ms a step at 128 requests on the

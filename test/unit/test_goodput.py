@@ -929,6 +929,41 @@ def test_a_prefill_next_to_a_switch_or_another_prefill_files_nothing():
         assert not c.costs._samples.get((costs.PLAIN_PREFILL, 64)), (spec_at, second_prefill_after)
 
 
+def test_a_wait_with_nothing_to_run_is_no_prefill_price_nor_step_time():
+    """A load that pauses: the scheduler idles 2 s (``on_idle``) before a new request's
+    prefill, which launches after step 10. Under the overlap scheduler the wait falls
+    before step 11's prepare or step 12's (whether the finished request's batch was
+    prepared once more). Without the idle signal the wait is filed as a prefill price."""
+    from sglang_adaptive.scheduler_hooks import after_scheduler_on_idle
+
+    def run(idle_before: int | None) -> ctl.AdaptiveModeController:
+        clock, policy = Clock(), Recording()
+        c = ctl.AdaptiveModeController(policy, spec_width=K + 1, clock=clock)
+        ctl.install(c)
+        forward, launched = 0, None
+        for step in range(24):
+            clock.t += 0.006
+            if step == idle_before:
+                clock.t += 2.0
+                assert after_scheduler_on_idle("idled", None) == "idled"  # the Scheduler.on_idle hook
+            if step == 11 and idle_before is None:
+                clock.t += 2.0  # the same wait, unannounced
+            c.on_prepare(True, 1, launched)
+            forward += 1
+            launched = forward
+            if step == 10:
+                forward += 1
+        ctl.reset()
+        assert [t[0] for t in policy.told].count(1) == 1, "the prefill is counted either way"
+        return c
+
+    assert list(run(None).costs._samples[(costs.SPEC_PREFILL, 1)]) == [pytest.approx(2.0)]
+    for idle_before in (11, 12):
+        c = run(idle_before)
+        assert not c.costs._samples.get((costs.SPEC_PREFILL, 1)), idle_before
+        assert max(c.costs._samples[(costs.SPEC, 1)]) == pytest.approx(0.006), idle_before
+
+
 def priced(tables: dict, plain_prefill_ms: float | None, spec_prefill_ms: float | None) -> dict:
     """``tables`` with what a prefill batch adds at batch 64 in each mode (ms; None: no price)."""
     for mode, ms in ((costs.PLAIN_PREFILL, plain_prefill_ms), (costs.SPEC_PREFILL, spec_prefill_ms)):
