@@ -79,6 +79,12 @@ class ModeStats:
         return text
 
 
+# ModeController's reasons line (every log interval, goodput only): "spec goodput 1200,
+# plain probe 3, ..." cumulative, for the benchmark to count a load point's batches by
+# reason without the decision log.
+REASONS_LOG_PATTERN = r"AdaptiveEAGLE decode batches by reason: (.*)"
+REASON_PATTERN = r"(spec|plain) (\w+) (\d+)"
+
 # The cost table file is rewritten at most this often (and whenever a bucket comes or
 # goes): a write (JSON, a rename) costs about 0.45 ms, every 32 decode batches 14 us a
 # batch, half a percent of a tiny pair's 3 ms speculative step.
@@ -283,6 +289,9 @@ class AdaptiveModeController(ModeController):
         total = self.stats.spec_batches + self.stats.plain_batches
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())
+            reasons = self.policy.reason_counts()
+            if reasons:
+                logger.info("AdaptiveEAGLE decode batches by reason: %s", format_reasons(reasons))
         if self.recovery.on_prepare(speculative) and self.log_interval:
             logger.info("AdaptiveEAGLE %s", self.recovery.summary())
         if self._syncs and (total % self.sync_every == 0 or self.policy.sync_due()):
@@ -413,6 +422,10 @@ def back_to_back(first: tuple, second: tuple) -> bool:
     idle) ran with no other batch (a prefill) between them, the forward count moved by
     one, and no idle wait either."""
     return first[3] is not None and second[3] is not None and second[3] - first[3] == 1 and not second[5]
+
+
+def format_reasons(counts: dict[tuple[bool, str], int]) -> str:
+    return ", ".join(f"{'spec' if spec else 'plain'} {why} {n}" for (spec, why), n in sorted(counts.items()))
 
 
 def format_costs(table: dict) -> str:

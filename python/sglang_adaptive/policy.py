@@ -80,6 +80,11 @@ class ModePolicy:
         last call (the goodput policy's re-measurement); the same on every TP rank."""
         return []
 
+    def reason_counts(self) -> dict[tuple[bool, str], int]:
+        """Decode batches launched so far by (speculative, the policy's reason); only the
+        goodput policy gives reasons."""
+        return {}
+
     def describe(self) -> str:
         return self.name
 
@@ -337,8 +342,10 @@ class GoodputPolicy(ModePolicy):
       speculation paid, and a host stall while it speculated there (H100, 2026-12-06)
       filed 6.17 ms against 3.0, which put plain ahead even of every draft accepted, so
       no probe was due and it stayed plain for 64% of c=1's batches. A stale time
-      therefore does not rule out its probe. The first refresh of a bucket comes at the
-      probe due; a later one only after ``REFRESH_STEPS`` probe intervals, so that
+      therefore does not rule out its probe. The first refresh of a bucket comes after
+      ``probe_every`` plain steps (the interval that time stretched would let a refresh
+      land after the next wait in the load, where steps run slow again); a later one
+      only after ``REFRESH_STEPS`` probe intervals, so that
       refreshes too stay within the probe budget; none where the times grow with the
       batch (the 8B pair's);
     - the probe due is a refresh too where the call is close (the estimate as it
@@ -413,6 +420,10 @@ class GoodputPolicy(ModePolicy):
         # times per batch, and on a host-bound server (the K2.5 shape at TP 2, 2-3 ms a
         # step) each full answer (~5 us) counts. Emptied wherever the state moves.
         self._answers: dict[tuple[int, int], tuple[bool, str]] = {}
+        # Launched batches by (speculative, reason; "forced" against the answer): what the
+        # decision log says batch by batch, counted at no cost worth measuring, so runs
+        # that judge throughput still tell why a server ran plain.
+        self._reasons: dict[tuple[bool, str], int] = {}
         self.set_costs({})  # self.costs and what derives from it: no step time yet
 
     def set_costs(self, table: dict) -> None:
@@ -517,6 +528,8 @@ class GoodputPolicy(ModePolicy):
         # The scheduler asked speculate(batch_size, context) for this batch just before,
         # with the same state: _decide tells why it answered as it did.
         decided, why = self._decide(batch_size, context)
+        key = (speculative, why if speculative == decided else "forced")
+        self._reasons[key] = self._reasons.get(key, 0) + 1
         self._answers.clear()
         self._launched += 1
         continuing, self._may_extend = self._may_extend, False
@@ -570,6 +583,9 @@ class GoodputPolicy(ModePolicy):
     def stale_buckets(self) -> list[tuple[str, int, str]]:
         stale, self._stale = self._stale, []
         return stale
+
+    def reason_counts(self) -> dict[tuple[bool, str], int]:
+        return self._reasons
 
     def sync_due(self) -> bool:
         return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0
@@ -691,7 +707,12 @@ class GoodputPolicy(ModePolicy):
         # probes at once.
         if p.best <= plain * (1 + self.hysteresis) and not stale:
             return False, "goodput"
-        if self._plain_run >= interval:
+        # A stale time's first refresh comes at the shortest probe interval, not at one
+        # stretched by that time: a speculative step filed too slow (steps right after a
+        # wait) made the interval too, and a refresh landing after the next wait filed
+        # it slow again (simulated tiny pair at c=1: 0.73x, plain on 99% of the batches).
+        first_stale = stale and costs.bucket(batch_size) not in self._refreshed
+        if self._plain_run >= (self.probe_every if first_stale else interval):
             close = spec >= plain * (1 - self.hysteresis)
             return True, "refresh" if close or stale else "probe"
         return False, "goodput"

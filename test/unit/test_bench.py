@@ -86,6 +86,30 @@ def test_plain_share_and_timeline_from_the_log():
     assert metrics.mode_between([], []) == {}
 
 
+def test_a_point_counts_its_batches_by_reason_from_the_servers_counters(monkeypatch):
+    """Without the decision log a row still says why the goodput server ran its batches:
+    the difference of its cumulative reasons lines (as ``decision_counts`` names them)."""
+    from sglang_adaptive.controller import format_reasons
+
+    def line(counts):
+        return f"[{_stamp(t0)}] AdaptiveEAGLE decode batches by reason: {format_reasons(counts)}\n"
+
+    t0 = float(int(time.time()))
+    before = line({(True, "explore"): 7, (True, "goodput"): 100})
+    after = line({(True, "explore"): 7, (True, "goodput"): 150, (False, "forced"): 2, (True, "probe"): 1})
+    assert metrics.decisions_between(before, before + after) == {"plain forced": 2, "spec goodput": 50,
+                                                                 "spec probe": 1}
+    assert metrics.decisions_between("", before.replace("] Adaptive", " TP0] Adaptive")) == {
+        "spec explore": 7, "spec goodput": 100}
+    assert metrics.decisions_between("", "[x] unrelated\n") == {}
+    logs = iter([before, before + after])
+    monkeypatch.setattr(bench.client, "run", lambda url, w, reqs: ([], t0 + 0.5, 17.0))
+    monkeypatch.setattr(bench.metrics, "summarize", lambda records, seconds: {"output_tok_per_s": 1.0})
+    a = bench.parse_args(["--closed", "1", "--rates", "", "--phases", ""])
+    row = bench.measure("adaptive-goodput", "u", bench.workloads(a)[0], a, lambda: next(logs), 0)
+    assert row["decisions"] == {"plain forced": 2, "spec goodput": 50, "spec probe": 1}
+
+
 def test_a_point_counts_the_batches_logged_while_it_ran_not_those_of_its_first_second(monkeypatch):
     """The warm-up's last batches (plain: exploring) and the point's first ones (all
     speculative) share a one-second log stamp; the point ran no plain batch."""

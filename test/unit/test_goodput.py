@@ -964,6 +964,20 @@ def test_a_wait_with_nothing_to_run_is_no_prefill_price_nor_step_time():
         assert max(c.costs._samples[(costs.SPEC, 1)]) == pytest.approx(0.006), idle_before
 
 
+def test_launched_batches_are_counted_by_reason_and_logged_every_log_interval(caplog):
+    import logging
+
+    policy = GoodputPolicy(K)
+    c = ctl.AdaptiveModeController(policy, spec_width=K + 1, log_interval=3)
+    with caplog.at_level(logging.INFO, logger=ctl.__name__):
+        c.on_prepare(c.speculate(1), 1)  # no step time yet: explores speculation
+        c.on_prepare(False, 1)  # ran plain against the answer (a grammar, say)
+        c.on_prepare(c.speculate(1), 1)
+    assert policy.reason_counts() == {(True, "explore"): 2, (False, "forced"): 1}
+    lines = [r.getMessage() for r in caplog.records if "by reason" in r.getMessage()]
+    assert lines == ["AdaptiveEAGLE decode batches by reason: plain forced 1, spec explore 2"]
+
+
 def priced(tables: dict, plain_prefill_ms: float | None, spec_prefill_ms: float | None) -> dict:
     """``tables`` with what a prefill batch adds at batch 64 in each mode (ms; None: no price)."""
     for mode, ms in ((costs.PLAIN_PREFILL, plain_prefill_ms), (costs.SPEC_PREFILL, spec_prefill_ms)):

@@ -86,6 +86,7 @@ class Server:
                                             clock=lambda: self.t, sync_every=32)
         self.in_flight = []  # GPU times of the batches launched, most recent last
         self.tokens_per_request = 0.0  # made by each request of the first run, while none has ended
+        self.slow_steps, self.slow_factor = 0, 1.0  # after a pause (``pause``)
 
     def run(self, bs: int, steps: int) -> tuple[float, float]:
         """``steps`` decode batches of ``bs`` requests; returns (tokens, seconds)."""
@@ -121,11 +122,25 @@ class Server:
                 self.in_flight.append(self.prefill[2 if spec else 1])
         return tokens, self.t - t0
 
+    def pause(self, seconds: float, slow_steps: int = 0, slow_factor: float = 1.0) -> None:
+        """The load pauses (the bench's other servers take their slices): the scheduler
+        idles ``seconds``, then a new request's prefill becomes the running batch, and
+        the next ``slow_steps`` iterations take ``slow_factor`` times as long (a host
+        coming back from idle)."""
+        self.t += seconds
+        self.c.on_idle()
+        self._iterate()
+        self.decode_it = self.it
+        self.prefill_batches += 1
+        self.in_flight.append(self.prefill[2])
+        self.slow_steps, self.slow_factor = slow_steps, slow_factor
+
     def _iterate(self) -> None:
         """One scheduler iteration: under the overlap scheduler it waits for the batch
         launched two iterations back."""
         if len(self.in_flight) >= 2:
-            self.t += self.in_flight[-2]
+            self.t += self.in_flight[-2] * (self.slow_factor if self.slow_steps else 1.0)
+            self.slow_steps = max(0, self.slow_steps - 1)
         self.it += 1
 
     def _accepted(self, bs: int) -> list[int]:
@@ -302,6 +317,34 @@ def test_a_load_that_drops_to_one_request_speculates_where_it_pays():
         ratios.append(tokens / seconds / best)
     assert sum(ratios) / len(ratios) >= 0.98, ratios
     assert min(ratios) >= 0.95, ratios
+
+
+@pytest.mark.parametrize("slow_factor", [2.0, 3.0])
+def test_steps_slowed_after_pauses_do_not_keep_the_policy_plain(slow_factor):
+    """The tiny pair at c=1 as the interleaved bench serves it (2026-12-06-h100-tiny-rotated):
+    slices of 180 steps with 2 s pauses between them, the first 5 steps after each pause
+    slowed. The exploration of batch 1 lands right after a pause and files speculation
+    slow (about 10 ms at 3x); plain then wins on that time, and its probe interval,
+    stretched by it, brought the refresh after the next pause, which filed it slow
+    again: plain on 99% of the batches, 0.73x static EAGLE-3."""
+    ratios, plain_shares = [], []
+    for seed in range(3):
+        out = {}
+        for name, policy in (("plain", ThresholdPolicy(0)), ("spec", ModePolicy()), ("goodput", None)):
+            server = Server(TINY_ACCEPTANCE, plain=TINY_PLAIN, spec=TINY_SPEC, prefill=(128, 6e-3, 9e-3, 64),
+                            policy=policy)
+            server.rng, server.prefill_rng = random.Random(seed), random.Random(seed + 100)
+            server.run(64, 300)
+            tokens = seconds = 0.0
+            before = server.spec_steps
+            for _ in range(12):
+                server.pause(2.0, slow_steps=5, slow_factor=slow_factor)
+                made, took = server.run(1, 180)
+                tokens, seconds = tokens + made, seconds + took
+            out[name] = tokens / seconds
+        ratios.append(out["goodput"] / max(out["plain"], out["spec"]))
+        plain_shares.append(1 - (server.spec_steps - before) / (12 * 180))
+    assert min(ratios) >= 0.97 and max(plain_shares) <= 0.06, (ratios, plain_shares)
 
 
 def test_a_close_call_re_measures_a_speculative_time_once_too_slow(caplog):

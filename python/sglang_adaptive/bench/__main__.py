@@ -263,6 +263,10 @@ def point_row(label: str, w, a, opened: PointLog, records, start: float, seconds
         with decisions_log.open("rb") as f:  # whole lines only: the server writes a line at a time
             f.seek(opened.decided_before)
             row["decisions"] = metrics.decision_counts(f.read().decode().splitlines())
+    else:  # without the decision log, from the server's reason counters
+        counted = metrics.decisions_between(opened.before, log_after)
+        if counted:
+            row["decisions"] = counted
     samples = metrics.mode_samples(log_after)
     row.update(metrics.mode_between(metrics.mode_samples(opened.before), samples))
     if isinstance(w, Closed):  # its batch size is the concurrency between wave edges

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sglang_adaptive.bench.workloads import matches_json_schema
-from sglang_adaptive.controller import STATS_LOG_PATTERN
+from sglang_adaptive.controller import REASON_PATTERN, REASONS_LOG_PATTERN, STATS_LOG_PATTERN
 
 # Written by sglang_adaptive.controller every --decode-log-interval decode batches.
 # SGLang's prefix: "[YYYY-mm-dd HH:MM:SS] " with one GPU, "[... TP0] " etc. with several.
@@ -228,6 +228,21 @@ def decision_counts(lines: list[str]) -> dict:
         key = f"{'spec' if d['speculative'] else 'plain'} {why}"
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
+
+
+REASONS_RE = re.compile(r"^\[[^\]]*\] " + REASONS_LOG_PATTERN, re.M)
+
+
+def decisions_between(before: str, after: str) -> dict:
+    """Decode batches by mode and reason between two reads of the log, as
+    ``decision_counts`` gives them, from the goodput server's cumulative reasons line
+    (every ``--decode-log-interval`` batches, so up to that many batches of the previous
+    point can land in this one); empty where the server logs none."""
+    def last(text):
+        lines = REASONS_RE.findall(text)
+        return {f"{m} {why}": int(n) for m, why, n in re.findall(REASON_PATTERN, lines[-1])} if lines else {}
+    a, b = last(before), last(after)
+    return {k: n - a.get(k, 0) for k, n in sorted(b.items()) if n > a.get(k, 0)}
 
 
 def mode_timeline(samples, start: float, seconds: float, bin_s: float = 1.0) -> list[list]:
