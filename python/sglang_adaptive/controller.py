@@ -405,9 +405,8 @@ class AdaptiveModeController(ModeController):
 
     def on_idle(self) -> None:
         # No interval that spans it is a step's or a prefill's cost: with nothing to
-        # run, the wait is for the next request. At c=1 on the tiny pair (H100, slices
-        # interleaved) the waits between slices were filed as prefill prices of the
-        # speculative steps before them, which grew 9 -> 17 ms over three runs.
+        # run, the wait is for the next request (else a pause in the load before a
+        # prefill is filed as that prefill's price, seconds against milliseconds).
         self._idled = True
 
     def audit_kv(self, reqs) -> None:
