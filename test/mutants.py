@@ -512,7 +512,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="the controller would never learn of a wait, and file it as a prefill price"),
     Mutant("reasons-count-the-answer-not-the-batch", "policy.py",
-           'key = (speculative, why if speculative == decided else "forced")', "key = (decided, why)",
+           "key = (speculative, batch_reason(speculative, decided, why))", "key = (decided, why)",
            (U + "test_goodput.py",),
            why="a batch run against the policy's answer (a grammar) would be counted as the mode it did not run"),
     Mutant("stale-refresh-waits-the-stretched-interval", "policy.py",

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from sglang_adaptive.costs import PER_TOKEN, PLAIN, PLAIN_PREFILL, PROBE, SPEC, SPEC_PREFILL, StepCosts
 from sglang_adaptive.decisions import NoDecisionLog
-from sglang_adaptive.policy import ModePolicy, plain_kv_reserve
+from sglang_adaptive.policy import ModePolicy, plain_kv_reserve, reason_label
 from sglang_adaptive.telemetry import NoTelemetry
 
 logger = logging.getLogger(__name__)
@@ -424,7 +424,7 @@ def back_to_back(first: tuple, second: tuple) -> bool:
 
 
 def format_reasons(counts: dict[tuple[bool, str], int]) -> str:
-    return ", ".join(f"{'spec' if spec else 'plain'} {why} {n}" for (spec, why), n in sorted(counts.items()))
+    return ", ".join(f"{reason_label(spec, why)} {n}" for (spec, why), n in sorted(counts.items()))
 
 
 def format_costs(table: dict) -> str:

@@ -161,11 +161,7 @@ class StepCosts:
         mode = SPEC if speculative else PLAIN
         self.slopes[mode].add(batch_size, context, seconds)
         self._add(mode, batch_size, seconds)
-        key = (mode, bucket(batch_size))
-        contexts = self._contexts.get(key)
-        if contexts is None:  # not setdefault: that builds a deque every step
-            contexts = self._contexts[key] = deque(maxlen=self.window)
-        contexts.append(context)
+        self._window(self._contexts, (mode, bucket(batch_size))).append(context)
 
     def add_probe(self, batch_size: int, seconds: float) -> None:
         """The three intervals around a lone speculative step (see the module doc)."""
@@ -208,11 +204,15 @@ class StepCosts:
         return median(t - slope * x for t, x in zip(samples, self._contexts[(mode, bucket_)]))
 
     def _add(self, mode: str, batch_size: int, seconds: float) -> None:
-        key = (mode, bucket(batch_size))
-        samples = self._samples.get(key)
-        if samples is None:
-            samples = self._samples[key] = deque(maxlen=self.window)
-        samples.append(seconds)
+        self._window(self._samples, (mode, bucket(batch_size))).append(seconds)
+
+    def _window(self, store: dict, key: tuple) -> deque:
+        """The deque of the last ``window`` values at ``key``, made on first use (not
+        setdefault: that builds a deque every step)."""
+        values = store.get(key)
+        if values is None:
+            values = store[key] = deque(maxlen=self.window)
+        return values
 
     def forget(self, mode: str, bucket_: int) -> None:
         """Drop one bucket's samples (a re-measurement starts afresh)."""

@@ -36,6 +36,19 @@ KEEP_WARM_KV = "kv"
 KEEP_WARM_FULL = "full"
 KEEP_WARM_CHOICES = (KEEP_WARM_NONE, KEEP_WARM_KV, KEEP_WARM_FULL)
 
+
+def batch_reason(speculative: bool, decided: bool, why: str) -> str:
+    """Why a launched batch ran in its mode: the policy's reason, or "forced" where it
+    ran against the answer (a grammar, an embedding)."""
+    return why if speculative == decided else "forced"
+
+
+def reason_label(speculative: bool, why: str) -> str:
+    """How the reason counters, the decision log's counts and the bench's rows name it:
+    "spec goodput", "plain probe"..."""
+    return f"{'spec' if speculative else 'plain'} {why}"
+
+
 # Why the goodput policy re-measures a bucket's step time in one mode (the log line says it).
 REFRESH_STALE = "it was measured slower than at a larger batch"
 REFRESH_CLOSE = "speculation and plain decode predict within the hysteresis there"
@@ -528,7 +541,7 @@ class GoodputPolicy(ModePolicy):
         # The scheduler asked speculate(batch_size, context) for this batch just before,
         # with the same state: _decide tells why it answered as it did.
         decided, why = self._decide(batch_size, context)
-        key = (speculative, why if speculative == decided else "forced")
+        key = (speculative, batch_reason(speculative, decided, why))
         self._reasons[key] = self._reasons.get(key, 0) + 1
         self._answers.clear()
         self._launched += 1

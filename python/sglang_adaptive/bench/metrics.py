@@ -13,6 +13,7 @@ from datetime import datetime
 
 from sglang_adaptive.bench.workloads import matches_json_schema
 from sglang_adaptive.controller import REASON_PATTERN, REASONS_LOG_PATTERN, STATS_LOG_PATTERN
+from sglang_adaptive.policy import batch_reason, reason_label
 
 # Written by sglang_adaptive.controller every --decode-log-interval decode batches.
 # SGLang's prefix: "[YYYY-mm-dd HH:MM:SS] " with one GPU, "[... TP0] " etc. with several.
@@ -224,8 +225,7 @@ def decision_counts(lines: list[str]) -> dict:
     counts: dict[str, int] = {}
     for line in lines:
         d = json.loads(line)
-        why = d.get("why", "policy") if d["speculative"] == d["decided"] else "forced"
-        key = f"{'spec' if d['speculative'] else 'plain'} {why}"
+        key = reason_label(d["speculative"], batch_reason(d["speculative"], d["decided"], d.get("why", "policy")))
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items()))
 
