@@ -83,7 +83,7 @@ class ModeStats:
 # plain probe 3, ..." cumulative, for the benchmark to count a load point's batches by
 # reason without the decision log.
 REASONS_LOG_PATTERN = r"AdaptiveEAGLE decode batches by reason: (.*)"
-REASON_PATTERN = r"(spec|plain) (\w+) (\d+)"
+REASON_PATTERN = r"((?:spec|plain) \w+) (\d+)"  # (reason_label, count)
 
 # The cost table file is rewritten at most this often (and whenever a bucket comes or
 # goes): a write (JSON, a rename) costs about 0.45 ms, every 32 decode batches 14 us a

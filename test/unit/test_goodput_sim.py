@@ -111,16 +111,18 @@ class Server:
             seconds = step_time(self.spec if spec else self.plain, bs)
             self.in_flight.append(seconds + (self.waves.per_token[spec] * context if self.waves else 0.0))
             if self.waves and self.waves.advance(made / bs):  # the wave ended: its successors prefill
-                self._iterate()
-                self.prefill_batches += 1
-                self.in_flight.append(self.waves.refill)
+                self._prefill(self.waves.refill)
             self.tokens_per_request += made / bs
             quiet = self.prefill and self.tokens_per_request < (self.prefill[3:] or (0,))[0]
             if self.prefill and not quiet and self.prefill_rng.random() < -math.expm1(-made / self.prefill[0]):
-                self._iterate()
-                self.prefill_batches += 1
-                self.in_flight.append(self.prefill[2 if spec else 1])
+                self._prefill(self.prefill[2 if spec else 1])
         return tokens, self.t - t0
+
+    def _prefill(self, seconds: float) -> None:
+        """A prefill batch launched in its own iteration, ``seconds`` on the GPU."""
+        self._iterate()
+        self.prefill_batches += 1
+        self.in_flight.append(seconds)
 
     def pause(self, seconds: float, slow_steps: int = 0, slow_factor: float = 1.0) -> None:
         """The load pauses (the bench's other servers take their slices): the scheduler
@@ -129,10 +131,8 @@ class Server:
         coming back from idle)."""
         self.t += seconds
         self.c.on_idle()
-        self._iterate()
+        self._prefill(self.prefill[2])
         self.decode_it = self.it
-        self.prefill_batches += 1
-        self.in_flight.append(self.prefill[2])
         self.slow_steps, self.slow_factor = slow_steps, slow_factor
 
     def _iterate(self) -> None:

@@ -240,7 +240,7 @@ def decisions_between(before: str, after: str) -> dict:
     point can land in this one); empty where the server logs none."""
     def last(text):
         lines = REASONS_RE.findall(text)
-        return {f"{m} {why}": int(n) for m, why, n in re.findall(REASON_PATTERN, lines[-1])} if lines else {}
+        return {label: int(n) for label, n in re.findall(REASON_PATTERN, lines[-1])} if lines else {}
     a, b = last(before), last(after)
     return {k: n - a.get(k, 0) for k, n in sorted(b.items()) if n > a.get(k, 0)}
 
