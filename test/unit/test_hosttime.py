@@ -3,9 +3,12 @@ call lands in the bucket of the batch being run. In a subprocess: installing wra
 SGLang classes for the rest of the process."""
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = r"""
 import json, sys
@@ -52,3 +55,17 @@ def test_the_report_leaves_out_one_off_calls():
     assert iterations == 4 and one_offs == {run_batch: 8.771}
     assert abs(ms[run_batch] - 8.25) < 1e-6 and abs(ms["m:init"] - 1.0) < 1e-6
     assert hosttime_report.per_iteration(cells, "decode-8") == (0, {}, {})
+
+
+def test_controller_cost_times_every_call_of_a_steady_speculating_server():
+    """benchmark/controller_cost.py claims the goodput policy speculates on every
+    measured batch (the tiny pair's c=1) and times each call the scheduler makes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmark"))
+    import controller_cost
+
+    out = controller_cost.measure(batch=1, steps=300)
+    assert out["spec_share"] == 1.0
+    assert set(out["us_per_batch"]) == {"context", "speculate", "kv_reserve", "on_prepare", "on_verify"}
+    assert out["us_total"] == pytest.approx(sum(out["us_per_batch"].values()))
+    # It silences the controller's log lines while it runs, and only then.
+    assert logging.root.manager.disable == logging.NOTSET
