@@ -6,11 +6,13 @@ memory check's and the prepare's answers (``context``, ``speculate``, ``kv_reser
 batches) and the acceptance feed (``on_verify``). The controller runs alone, fed a
 steady load (step times with 5% noise, acceptance 1-3 drafts, a prefill every ~70
 steps) after warm-up at batch 64, 8 and 1, so the policy speculates with a full table,
-as the tiny pair's goodput server does at c=1. A scheduler core on a GPU host runs this
+as the tiny pair's goodput server does at c=1. ``--waits``: the scheduler idles before
+each prefill, as at c=1 in a closed loop, where the next request comes once the last
+has ended; no prefill price is then filed (``AdaptiveModeController.on_idle``). A scheduler core on a GPU host runs this
 code several times slower than a desktop core does (compare ``hosttime_report.py``'s
 ``AdaptiveModeController.*`` rows), so the figures rank the calls, not the server.
 
-usage: python benchmark/controller_cost.py [--batch 1] [--steps 20000] [--json OUT]
+usage: python benchmark/controller_cost.py [--batch 1] [--steps 20000] [--waits] [--json OUT]
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class _Req:
         self.kv_committed_len = length
 
 
-def measure(batch: int = 1, steps: int = 20000, seed: int = 0) -> dict:
+def measure(batch: int = 1, steps: int = 20000, seed: int = 0, waits: bool = False) -> dict:
     """Microseconds per decode batch by call, and the share of batches that speculated."""
     rng = random.Random(seed)
     now = [0.0]
@@ -64,6 +66,9 @@ def measure(batch: int = 1, steps: int = 20000, seed: int = 0) -> dict:
         if reqs[0].kv_committed_len > 300:  # the requests end; their successors prefill
             for r in reqs:
                 r.kv_committed_len = 64
+            if waits:
+                now[0] += 0.001
+                controller.on_idle()
             launches[0] += 1
         return speculative
 
@@ -79,7 +84,7 @@ def measure(batch: int = 1, steps: int = 20000, seed: int = 0) -> dict:
     finally:
         logging.disable(logging.NOTSET)
     per_batch = {name: ns / steps / 1000.0 for name, ns in sorted(spent.items(), key=lambda kv: -kv[1])}
-    return {"batch": batch, "steps": steps, "spec_share": speculated / steps,
+    return {"batch": batch, "steps": steps, "waits": waits, "spec_share": speculated / steps,
             "us_per_batch": per_batch, "us_total": sum(per_batch.values())}
 
 
@@ -87,10 +92,12 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--steps", type=int, default=20000)
+    p.add_argument("--waits", action="store_true", help="idle before each prefill, as at c=1")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args(argv)
-    out = measure(args.batch, args.steps)
-    print(f"batch {out['batch']}, {out['steps']} batches, {out['spec_share']:.1%} speculative")
+    out = measure(args.batch, args.steps, waits=args.waits)
+    print(f"batch {out['batch']}, {out['steps']} batches{' with waits' if out['waits'] else ''}, "
+          f"{out['spec_share']:.1%} speculative")
     for name, us in out["us_per_batch"].items():
         print(f"  {name:12s} {us:6.2f} us")
     print(f"  {'total':12s} {out['us_total']:6.2f} us")

@@ -92,9 +92,9 @@
 #               measured in slices taken in turn (--interleave 8 --pin-cpus; spread lengths, 24 requests
 #               per slot; ~4 min cold): host drift over seconds then slows every configuration alike
 #        tinyc1judge  tinyinterjudge's c=1 alone with 96 requests (~2.5 min cold): its plain stretches, by reason
-#        tinyspecgap  whether the adaptive worker's speculative steps cost more than static EAGLE-3's on the tiny pair
-#               (goodput's run 4-6% slower at batch 1): EAGLE-3 and the adaptive worker that never goes plain,
-#               interleaved at c=1, 64 requests (~3 min cold)
+#        tinyspecgap  where goodput's speculative steps lose 4-6% to static EAGLE-3's on the tiny pair at batch 1:
+#               EAGLE-3, the adaptive worker that never goes plain (the controller's step timing, no policy
+#               answer) and goodput, interleaved at c=1, 64 requests (~4.5 min cold)
 #        tinyinterjudge  tinyinter without --decision-log (the log's line per batch costs the goodput
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
 #        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
@@ -426,7 +426,7 @@ if [ "$cmd" = start ]; then
                           --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 \
                           --pin-cpus --interleave 8 ;;
             tinyspecgap) GOODPUT_RPC=64 sweep gt-tiny-specgap --pair tiny --in-len 64 --closed 1 \
-                          --configs eagle3,adaptive-never-plain --out-len 192 --out-len-min 64 \
+                          --configs eagle3,adaptive-never-plain,adaptive-goodput --out-len 192 --out-len-min 64 \
                           --pin-cpus --interleave 8 ;;
             tinyinterjudge) GOODPUT_RPC=24 sweep gt-tiny-judge --pair tiny --in-len 64 --closed 1,8,64 \
                           --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 \

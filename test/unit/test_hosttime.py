@@ -63,9 +63,10 @@ def test_controller_cost_times_every_call_of_a_steady_speculating_server():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmark"))
     import controller_cost
 
-    out = controller_cost.measure(batch=1, steps=300)
-    assert out["spec_share"] == 1.0
-    assert set(out["us_per_batch"]) == {"context", "speculate", "kv_reserve", "on_prepare", "on_verify"}
-    assert out["us_total"] == pytest.approx(sum(out["us_per_batch"].values()))
+    for waits in (False, True):
+        out = controller_cost.measure(batch=1, steps=300, waits=waits)
+        assert out["spec_share"] == 1.0 and out["waits"] is waits
+        assert set(out["us_per_batch"]) == {"context", "speculate", "kv_reserve", "on_prepare", "on_verify"}
+        assert out["us_total"] == pytest.approx(sum(out["us_per_batch"].values()))
     # It silences the controller's log lines while it runs, and only then.
     assert logging.root.manager.disable == logging.NOTSET
