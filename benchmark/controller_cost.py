@@ -8,9 +8,10 @@ steady load (step times with 5% noise, acceptance 1-3 drafts, a prefill every ~7
 steps) after warm-up at batch 64, 8 and 1, so the policy speculates with a full table,
 as the tiny pair's goodput server does at c=1. ``--waits``: the scheduler idles before
 each prefill, as at c=1 in a closed loop, where the next request comes once the last
-has ended; no prefill price is then filed (``AdaptiveModeController.on_idle``). A scheduler core on a GPU host runs this
-code several times slower than a desktop core does (compare ``hosttime_report.py``'s
-``AdaptiveModeController.*`` rows), so the figures rank the calls, not the server.
+has ended; no prefill price is then filed (``AdaptiveModeController.on_idle``). A
+scheduler core on a GPU host runs this code several times slower than a desktop core
+does (compare ``hosttime_report.py``'s ``AdaptiveModeController.*`` rows), so the
+figures rank the calls, not the server.
 
 usage: python benchmark/controller_cost.py [--batch 1] [--steps 20000] [--waits] [--json OUT]
 """
@@ -72,6 +73,7 @@ def measure(batch: int = 1, steps: int = 20000, seed: int = 0, waits: bool = Fal
             launches[0] += 1
         return speculative
 
+    silenced = logging.root.manager.disable
     logging.disable(logging.CRITICAL)  # the log lines' cost is the handler's, not measured here
     try:
         for size in (64, 8, batch):
@@ -82,7 +84,7 @@ def measure(batch: int = 1, steps: int = 20000, seed: int = 0, waits: bool = Fal
         reqs = [_Req(64) for _ in range(batch)]
         speculated = sum(step(reqs) for _ in range(steps))
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(silenced)
     per_batch = {name: ns / steps / 1000.0 for name, ns in sorted(spent.items(), key=lambda kv: -kv[1])}
     return {"batch": batch, "steps": steps, "waits": waits, "spec_share": speculated / steps,
             "us_per_batch": per_batch, "us_total": sum(per_batch.values())}

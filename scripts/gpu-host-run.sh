@@ -214,6 +214,12 @@ if [ "$cmd" = start ]; then
             step "$name" python -m sglang_adaptive.bench --requests-per-client "${GOODPUT_RPC:-8}" \
                 --rates "" --phases "" --out "$W/$name" "$@"
         }
+        tinyslices() {  # step name, requests per client, concurrencies, configurations, more bench arguments:
+            # the tiny pair, its servers up at once, pinned, every point in 8 slices taken in turn (spread lengths)
+            local name=$1 rpc=$2 closed=$3 configs=$4; shift 4
+            GOODPUT_RPC=$rpc sweep "$name" --pair tiny --in-len 64 --closed "$closed" --configs "$configs" \
+                --out-len 192 --out-len-min 64 --pin-cpus --interleave 8 "$@"
+        }
         plaincost() {  # step name, environment (VAR=value ..., or ""), bench arguments...: the keep-warm
             local name=$1 vars=$2; shift 2  # cost, always plain at c=32 and 64 (6 waves), alone on the GPU
             step "$name" env $vars python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
@@ -419,18 +425,10 @@ if [ "$cmd" = start ]; then
                           --bucket decode-64 --json "$W/ht-report/hosttime.json" plain="$W/ht-plain/timing" \
                           always-plain="$W/ht-always-plain/timing" eagle3="$W/ht-eagle3/timing" \
                           always-spec="$W/ht-always-spec/timing" ;;
-            tinyinter) GOODPUT_RPC=24 sweep gt-tiny-inter --pair tiny --in-len 64 --closed 1,8,64 \
-                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 --decision-log \
-                          --pin-cpus --interleave 8 ;;
-            tinyc1judge) GOODPUT_RPC=96 sweep gt-tiny-c1-judge --pair tiny --in-len 64 --closed 1 \
-                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 \
-                          --pin-cpus --interleave 8 ;;
-            tinyspecgap) GOODPUT_RPC=64 sweep gt-tiny-specgap --pair tiny --in-len 64 --closed 1 \
-                          --configs eagle3,adaptive-never-plain,adaptive-goodput --out-len 192 --out-len-min 64 \
-                          --pin-cpus --interleave 8 ;;
-            tinyinterjudge) GOODPUT_RPC=24 sweep gt-tiny-judge --pair tiny --in-len 64 --closed 1,8,64 \
-                          --configs plain,eagle3,adaptive-goodput --out-len 192 --out-len-min 64 \
-                          --pin-cpus --interleave 8 ;;
+            tinyinter) tinyslices gt-tiny-inter 24 1,8,64 plain,eagle3,adaptive-goodput --decision-log ;;
+            tinyc1judge) tinyslices gt-tiny-c1-judge 96 1 plain,eagle3,adaptive-goodput ;;
+            tinyspecgap) tinyslices gt-tiny-specgap 64 1 eagle3,adaptive-never-plain,adaptive-goodput ;;
+            tinyinterjudge) tinyslices gt-tiny-judge 24 1,8,64 plain,eagle3,adaptive-goodput ;;
             hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus
                         ht hg-goodput --configs adaptive-goodput --pin-cpus
                         ht hg-goodput-log --configs adaptive-goodput --pin-cpus --decision-log

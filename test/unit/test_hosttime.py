@@ -2,6 +2,7 @@
 call lands in the bucket of the batch being run. In a subprocess: installing wraps
 SGLang classes for the rest of the process."""
 
+import importlib
 import json
 import logging
 import subprocess
@@ -42,11 +43,18 @@ def test_every_target_exists_and_calls_are_bucketed_by_decode_batch_size(tmp_pat
     assert gc_cell["calls"] >= 1 and gc_cell["s"] > 0 and 0 < gc_cell["max_s"] <= gc_cell["s"]
 
 
+def _benchmark_script(name: str):
+    """A module of benchmark/ (scripts, not a package)."""
+    folder = str(Path(__file__).resolve().parents[2] / "benchmark")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
 def test_the_report_leaves_out_one_off_calls():
     """A kernel compiled on first use made one call 8.8 s: per iteration it would read as
     2.9 ms a step (benchmark/results/2026-12-02-h200-goodput-host-time)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmark"))
-    import hosttime_report
+    hosttime_report = _benchmark_script("hosttime_report")
 
     run_batch = hosttime_report.RUN_BATCH
     cells = {"decode-1": {run_batch: {"calls": 4, "s": 8.804, "max_s": 8.771},
@@ -60,13 +68,18 @@ def test_the_report_leaves_out_one_off_calls():
 def test_controller_cost_times_every_call_of_a_steady_speculating_server():
     """benchmark/controller_cost.py claims the goodput policy speculates on every
     measured batch (the tiny pair's c=1) and times each call the scheduler makes."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmark"))
-    import controller_cost
+    controller_cost = _benchmark_script("controller_cost")
 
     for waits in (False, True):
         out = controller_cost.measure(batch=1, steps=300, waits=waits)
         assert out["spec_share"] == 1.0 and out["waits"] is waits
         assert set(out["us_per_batch"]) == {"context", "speculate", "kv_reserve", "on_prepare", "on_verify"}
         assert out["us_total"] == pytest.approx(sum(out["us_per_batch"].values()))
-    # It silences the controller's log lines while it runs, and only then.
+    # It silences the controller's log lines while it runs, then leaves logging as it was.
     assert logging.root.manager.disable == logging.NOTSET
+    logging.disable(logging.WARNING)
+    try:
+        controller_cost.measure(batch=1, steps=10)
+        assert logging.root.manager.disable == logging.WARNING
+    finally:
+        logging.disable(logging.NOTSET)
