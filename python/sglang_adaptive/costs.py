@@ -116,21 +116,24 @@ class ContextSlope:
                 g.mean_y, g.mean_x = sorted(g.first)[1]
                 g.step, g.weight = self._steps, 1.0
             return
-        fit = g.mean_y + self._slope * (context - g.mean_x)
-        bound = g.mean_y / 4
+        # Locals: a goodput server runs this at every decode step it files.
+        decay, mean_x, mean_y = self._decay, g.mean_x, g.mean_y
+        fit = mean_y + self._slope * (context - mean_x)
+        bound = mean_y / 4
         if self._spread_weight >= self.min_steps:
             bound = min(bound, self.clip * self._spread / self._spread_weight)
         residual = min(max(seconds - fit, -bound), bound)
         seconds = fit + residual
-        self._spread = self._spread * self._decay + abs(residual)
-        self._spread_weight = self._spread_weight * self._decay + 1.0
-        f = self._decay ** (self._steps - g.step)
-        g.step, g.weight = self._steps, g.weight * f + 1.0
-        dx, dy = context - g.mean_x, seconds - g.mean_y
-        g.mean_x += dx / g.weight
-        g.mean_y += dy / g.weight
-        g.cxx = g.cxx * f + dx * (context - g.mean_x)
-        g.cxy = g.cxy * f + dx * (seconds - g.mean_y)
+        self._spread = self._spread * decay + abs(residual)
+        self._spread_weight = self._spread_weight * decay + 1.0
+        f = decay ** (self._steps - g.step)
+        weight = g.weight * f + 1.0
+        g.step, g.weight = self._steps, weight
+        dx = context - mean_x
+        g.mean_x = mean_x = mean_x + dx / weight
+        g.mean_y = mean_y = mean_y + (seconds - mean_y) / weight
+        g.cxx = g.cxx * f + dx * (context - mean_x)
+        g.cxy = g.cxy * f + dx * (seconds - mean_y)
 
     def slope(self) -> float:
         cxx = cxy = weight = 0.0
@@ -156,12 +159,20 @@ class StepCosts:
         # The context (tokens in the batch) of each decode sample, in _samples' order.
         self._contexts: dict[tuple[str, int], deque] = {}
         self.slopes = {PLAIN: ContextSlope(), SPEC: ContextSlope()}
+        # What table() worked out per (mode, bucket), kept while that bucket gets no
+        # sample: (its median step time, its median context, slope, time at no context).
+        # A sync every 32 decode batches re-read every bucket (75 us for 15 buckets a
+        # mode here); at steady load one or two take samples, and only a speculating
+        # mode's slope moves.
+        self._derived: dict[tuple[str, int], list] = {}
 
     def add(self, speculative: bool, batch_size: int, seconds: float, context: int = 0) -> None:
         mode = SPEC if speculative else PLAIN
         self.slopes[mode].add(batch_size, context, seconds)
-        self._add(mode, batch_size, seconds)
-        self._window(self._contexts, (mode, bucket(batch_size))).append(context)
+        key = (mode, bucket(batch_size))
+        self._window(self._samples, key).append(seconds)
+        self._window(self._contexts, key).append(context)
+        self._derived.pop(key, None)
 
     def add_probe(self, batch_size: int, seconds: float) -> None:
         """The three intervals around a lone speculative step (see the module doc)."""
@@ -188,23 +199,38 @@ class StepCosts:
         of 140 tokens as 0.1 ms (2026-12-06-h100-goodput-full); the tiny pair's plain
         steps held 0.95 us a token against the 8B pair's 0.05, and -1.16 ms at batch 64."""
         slope = self.slopes[mode].slope()
-        for (m, b), samples in self._samples.items():
-            if m == mode and len(samples) >= self.min_samples:
-                context = median(self._contexts[(m, b)])
-                if context > 0:
-                    slope = min(slope, CONTEXT_SHARE * median(samples) / context)
+        for key, samples in self._samples.items():
+            if key[0] == mode and len(samples) >= self.min_samples:
+                d = self._derive(key, samples)
+                if d[1] > 0:
+                    slope = min(slope, CONTEXT_SHARE * d[0] / d[1])
         return slope
 
+    def _derive(self, key: tuple[str, int], samples: deque) -> list:
+        """``_derived[key]``, made afresh after a sample: [median step, median context
+        (0 for the modes without one), slope, None (time at no context at that slope)]."""
+        d = self._derived.get(key)
+        if d is None:
+            contexts = self._contexts.get(key)
+            d = self._derived[key] = [median(samples), median(contexts) if contexts else 0, None, None]
+        return d
+
     def _at_no_context(self, mode: str, bucket_: int, slope: float) -> float | None:
-        samples = self._samples.get((mode, bucket_))
+        key = (mode, bucket_)
+        samples = self._samples.get(key)
         if samples is None or len(samples) < self.min_samples:
             return None
+        d = self._derive(key, samples)
         if not slope:
-            return median(samples)
-        return median(t - slope * x for t, x in zip(samples, self._contexts[(mode, bucket_)]))
+            return d[0]
+        if d[2] != slope:
+            d[2], d[3] = slope, median(t - slope * x for t, x in zip(samples, self._contexts[key]))
+        return d[3]
 
     def _add(self, mode: str, batch_size: int, seconds: float) -> None:
-        self._window(self._samples, (mode, bucket(batch_size))).append(seconds)
+        key = (mode, bucket(batch_size))
+        self._window(self._samples, key).append(seconds)
+        self._derived.pop(key, None)
 
     def _window(self, store: dict, key: tuple) -> deque:
         """The deque of the last ``window`` values at ``key``, made on first use (not

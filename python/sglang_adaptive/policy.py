@@ -504,15 +504,13 @@ class GoodputPolicy(ModePolicy):
 
         ``derive=False`` counts a price not measured near ``batch_size`` as 0, its lower
         bound (``_unpriced``)."""
-        n = self.prefills.per_step(tokens)
-        if not n:
-            return 0.0
         own, other = (costs.SPEC_PREFILL, costs.PLAIN_PREFILL) if speculative else (
             costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
+        # The prices first: per table, where the rate's logarithm moves every step.
         if self._near(own, batch_size):
-            return n * max(0.0, self._lookup(own, batch_size))
+            return self.prefills.per_step(tokens) * max(0.0, self._lookup(own, batch_size))
         if derive and self._near(other, batch_size):
-            return n * max(0.0, self._lookup(other, batch_size) + t_other - t_own)
+            return self.prefills.per_step(tokens) * max(0.0, self._lookup(other, batch_size) + t_other - t_own)
         return 0.0
 
     def _unpriced(self, batch_size: int, p: Prediction, context: int) -> bool | None:

@@ -135,6 +135,30 @@ def test_step_costs_keep_the_median_per_bucket_once_there_are_enough_samples():
     assert [costs.bucket(b) for b in (1, 8, 9, 16, 17, 128)] == [1, 8, 16, 16, 24, 128]
 
 
+def test_the_table_reads_every_sample_and_slope_since_the_last_one():
+    """table() keeps what it worked out per bucket between calls (a sync every 32
+    batches); it must equal the table worked out afresh from the same history."""
+    rng = random.Random(7)
+    kept, fresh = costs.StepCosts(window=7, min_samples=3), costs.StepCosts(window=7, min_samples=3)
+    tables = 0
+    for step in range(3000):
+        bs = rng.choice((1, 2, 8, 12, 40))
+        context = bs * (64 + step % 448)  # grows, then a refill
+        spec = rng.random() < 0.5
+        seconds = (0.003 if spec else 0.0015) * (1 + 0.02 * bs) + (4e-7 if spec else 5e-8) * context
+        seconds *= rng.uniform(0.97, 1.03) * (1 + step / 3000)  # the steps slow down: medians move
+        prefill = 0.004 * rng.uniform(0.9, 1.1) if step % 17 == 0 else None
+        for c in (kept, fresh):
+            c.add(spec, bs, seconds, context)
+            if prefill is not None:
+                c.add_prefill(spec, bs, prefill)
+        if step % 29 == 0:
+            fresh._derived.clear()
+            assert kept.table() == fresh.table()
+            tables += 1
+    assert tables > 100 and kept.slope(costs.SPEC) > 0  # the slopes moved between the calls
+
+
 def test_lookup_interpolates_between_measured_buckets_and_clamps_outside():
     by = {8: 0.002, 32: 0.004}
     assert costs.lookup(by, 16) == pytest.approx(0.002 + 0.002 * 8 / 24)
