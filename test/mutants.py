@@ -189,7 +189,7 @@ MUTANTS: tuple[Mutant, ...] = (
            why="falling from batch 128 to 64 (8B pair, acceptance 3.5), 128's plain 6.3 ms read flat "
                "(5.2 measured) kept speculation on for good: 0.95x the better mode"),
     Mutant("goodput-decides-on-derived-prefill-prices", "policy.py",
-           "        price = self._unpriced(batch_size, p, context)\n", "        price = None\n",
+           "        price = self._unpriced(batch_size, plain, spec, context)\n", "        price = None\n",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="tiny pair at batch 64 (H100): plain's prefill price derived from speculation's "
                "(10.5 ms, about 3.6 as served) kept goodput speculating on 96% of the steps, 0.90x no-spec"),
@@ -230,26 +230,25 @@ MUTANTS: tuple[Mutant, ...] = (
            why="a speculative step would be priced with a plain step's prefills, a third of what "
                "follows it at 3.5 tokens a step: speculation looks 30% ahead where it leads by 4%"),
     Mutant("goodput-prefill-time-of-the-other-mode-first", "policy.py",
-           "        if self._near(own, batch_size):\n",
-           "        if self._near(own, batch_size) and not self.costs[other]:\n",
+           "        if own is not None:\n",
+           "        if own is not None and other is None:\n",
            (U + "test_goodput.py",),
            why="a mode's own prefill cost would never count once the other mode had one"),
     Mutant("goodput-prefill-price-read-from-any-batch-size", "policy.py",
-           "        if self._near(own, batch_size):\n",
-           "        if self.costs[own]:\n",
+           "self._lookup(mode, batch_size) if self._near(mode, batch_size) else None",
+           "self._lookup(mode, batch_size) if self.costs[mode] else None",
            (U + "test_goodput.py",),
            why="8B pair, acceptance 3.5, fixed lengths: speculation's prefill price at batch 1-2 (38 ms "
-               "after a 7 ms step) read flat at batch 64, where its 26 ms step hides much of it"),
-    Mutant("goodput-prefill-price-derived-from-any-batch-size", "policy.py",
-           "        if derive and self._near(other, batch_size):\n",
-           "        if derive and self.costs[other]:\n",
-           (U + "test_goodput.py",),
-           why="8B pair, acceptance 3.5, fixed lengths: plain's prefill price derived from speculation's "
-               "at batch 1-2 put speculation 36% ahead at batch 64 (a prefill after every fifth plain "
+               "after a 7 ms step) read flat at batch 64, where its 26 ms step hides much of it; plain's "
+               "derived from it put speculation 36% ahead there (a prefill after every fifth plain "
                "step), where no-spec led static EAGLE-3 by 6%"),
+    Mutant("goodput-prefills-skipped-where-priced", "policy.py",
+           "        if plan[4] == (None, None):", "        if plan[4]:",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="no prediction would count the prefills after a step, the prices measured or not"),
     Mutant("goodput-prefill-price-borrowed-as-it-stands", "policy.py",
-           "self._lookup(other, batch_size) + t_other - t_own)",
-           "self._lookup(other, batch_size))",
+           "max(0.0, other + t_other - t_own)",
+           "max(0.0, other)",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="8B pair, acceptance 3.5, c=64, lengths 128-384: a prefill after a plain step (42.8 ms) "
                "priced a speculative step's prefills (13.8 ms): speculation 5% ahead instead of 30%, plain "
@@ -276,7 +275,7 @@ MUTANTS: tuple[Mutant, ...] = (
            why="the log would give the policy's answer for the next batch, not the one it ran: "
                "a probe would read as a plain decision"),
     Mutant("goodput-speculation-priced-without-context", "policy.py",
-           "                  + self.per_token.get(costs.SPEC, 0.0) * context)", "                  )",
+           "plan[2] + plan[3] * context", "plan[2]",
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="a speculative step read at no context: the 8B pair's at batch 64 would cost 11.5 ms "
                "instead of 21.7-27.6 ms, and speculation would run where plain leads by 16%"),
@@ -504,7 +503,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_bench.py::test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn",),
            why="the servers of one slice would decode different requests: the slices would not pair"),
     Mutant("policy-table-memo-outlives-its-table", "policy.py",
-           "        self._table_at: dict[tuple, object] = {}\n",
+           "        self._table_at: dict = {}\n",
            "        self._table_at = getattr(self, '_table_at', {})\n",
            (U + "test_goodput.py",),
            why="answers would read step times and prices of a table the policy no longer holds"),

@@ -287,11 +287,10 @@ class Prediction:
 
     __slots__ = ("t_plain", "t_spec", "plain", "spec", "_rate", "_acceptance")
 
-    def __init__(self, t_plain: float, t_spec: float, plain: float, rate: Callable[[float], float],
+    def __init__(self, t_plain: float, t_spec: float, plain: float, spec: float, rate: Callable[[float], float],
                  acceptance: AcceptanceEstimator):
-        self.t_plain, self.t_spec, self.plain = t_plain, t_spec, plain
+        self.t_plain, self.t_spec, self.plain, self.spec = t_plain, t_spec, plain, spec
         self._rate, self._acceptance = rate, acceptance
-        self.spec = rate(acceptance.expected_tokens())
 
     @property
     def sure(self) -> float:
@@ -458,7 +457,7 @@ class GoodputPolicy(ModePolicy):
         # What the table says at a batch size (measured near it, its step times), kept
         # until the next table: an answer reads it some ten times, and the scheduler
         # asks at a new context every batch (about 40 us an answer on the H100's host).
-        self._table_at: dict[tuple, object] = {}
+        self._table_at: dict = {}
 
     @staticmethod
     def _slower_than_larger(times: dict) -> set:
@@ -504,16 +503,16 @@ class GoodputPolicy(ModePolicy):
 
         ``derive=False`` counts a price not measured near ``batch_size`` as 0, its lower
         bound (``_unpriced``)."""
-        own, other = (costs.SPEC_PREFILL, costs.PLAIN_PREFILL) if speculative else (
-            costs.PLAIN_PREFILL, costs.SPEC_PREFILL)
+        plain_price, spec_price = self._plan(batch_size)[4]
+        own, other = (spec_price, plain_price) if speculative else (plain_price, spec_price)
         # The prices first: per table, where the rate's logarithm moves every step.
-        if self._near(own, batch_size):
-            return self.prefills.per_step(tokens) * max(0.0, self._lookup(own, batch_size))
-        if derive and self._near(other, batch_size):
-            return self.prefills.per_step(tokens) * max(0.0, self._lookup(other, batch_size) + t_other - t_own)
+        if own is not None:
+            return self.prefills.per_step(tokens) * max(0.0, own)
+        if derive and other is not None:
+            return self.prefills.per_step(tokens) * max(0.0, other + t_other - t_own)
         return 0.0
 
-    def _unpriced(self, batch_size: int, p: Prediction, context: int) -> bool | None:
+    def _unpriced(self, batch_size: int, plain: float, spec: float, context: int) -> bool | None:
         """The mode to run (True: speculative) so that it measures its prefill price near
         ``batch_size``, where the call rests on that price derived from the other mode's;
         None where it does not. A derived price is no bound either way: a prefill between
@@ -525,15 +524,15 @@ class GoodputPolicy(ModePolicy):
         42.8 ms and speculation's 13.8 ms. At most ``PRICE_EXPLORATIONS`` per mode and
         bucket: where prefills seldom fall between back-to-back steps of one mode (fixed
         output lengths, the refill of a wave) an exploration files nothing, and the
-        derived price stands."""
-        plain_priced = self._near(costs.PLAIN_PREFILL, batch_size)
-        if plain_priced == self._near(costs.SPEC_PREFILL, batch_size):
+        derived price stands. ``plain``, ``spec``: the predictions with the derived price."""
+        plain_price, spec_price = self._plan(batch_size)[4]
+        if (plain_price is None) == (spec_price is None):
             return None  # both measured, or neither (then prefills count in neither mode)
-        speculative = plain_priced
+        speculative = plain_price is not None
         if self._price_explored.get((speculative, costs.bucket(batch_size)), 0) >= self.PRICE_EXPLORATIONS:
             return None
-        low = self._predict(batch_size, context, derive=False)
-        return speculative if (low.spec > low.plain) != (p.spec > p.plain) else None
+        _, _, low_plain, low_spec = self._rates(batch_size, context, self.acceptance.expected_tokens(), False)
+        return speculative if (low_spec > low_plain) != (spec > plain) else None
 
     def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
         # The scheduler asked speculate(batch_size, context) for this batch just before,
@@ -685,11 +684,16 @@ class GoodputPolicy(ModePolicy):
             return True, "explore"
         if not self._plain_measured_for(batch_size):
             return False, "explore"
-        p = self._predict(batch_size, context)
-        price = self._unpriced(batch_size, p, context)
+        # A speculating server's answer (most of them) needs no Prediction: only plain's
+        # is read beyond the two rates.
+        if self._speculating:
+            _, _, plain, spec = self._rates(batch_size, context, self.acceptance.expected_tokens())
+        else:
+            p = self._predict(batch_size, context)
+            plain, spec = p.plain, p.spec
+        price = self._unpriced(batch_size, plain, spec, context)
         if price is not None:
             return price, "price"
-        plain, spec = p.plain, p.spec
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
                 # Staying rests on the plain time: measure it again if it looks stale.
@@ -732,17 +736,39 @@ class GoodputPolicy(ModePolicy):
         """Output tokens per second and request, with both modes' step times measured
         near ``batch_size``, at ``context`` tokens in the batch (``derive``: see
         ``_prefill_time``)."""
-        t_plain = (self._lookup(costs.PLAIN, batch_size, above="linear")
-                   + self.per_token.get(costs.PLAIN, 0.0) * context)
-        t_spec = (self._lookup(costs.SPEC, batch_size, above="proportional")
-                  + self.per_token.get(costs.SPEC, 0.0) * context)
+        t_plain, t_spec, plain, spec = self._rates(batch_size, context, self.acceptance.expected_tokens(), derive)
+        return Prediction(t_plain, t_spec, plain, spec,
+                          lambda tokens: self._rates(batch_size, context, tokens, derive)[3], self.acceptance)
 
-        def spec_rate(tokens: float) -> float:  # tokens a step over its time, prefills after it included
-            prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain, derive)
-            return tokens / (t_spec + prefills) if tokens > 0 else 0.0
+    def _rates(self, batch_size: int, context: int, tokens: float,
+               derive: bool = True) -> tuple[float, float, float, float]:
+        """(T_plain, T_spec, plain, spec) of ``_predict`` with ``tokens`` expected a
+        speculative step: the step times at ``context`` (seconds) and output tokens per
+        second and request, each mode's prefills after a step included."""
+        plan = self._plan(batch_size)
+        t_plain, t_spec = plan[0] + plan[1] * context, plan[2] + plan[3] * context
+        if plan[4] == (None, None):  # no prefill price near: prefills count in neither mode
+            return t_plain, t_spec, 1.0 / t_plain, tokens / t_spec if tokens > 0 else 0.0
+        plain = 1.0 / (t_plain + self._prefill_time(batch_size, batch_size, False, t_plain, t_spec, derive))
+        if tokens <= 0:
+            return t_plain, t_spec, plain, 0.0
+        prefills = self._prefill_time(batch_size, batch_size * tokens, True, t_spec, t_plain, derive)
+        return t_plain, t_spec, plain, tokens / (t_spec + prefills)
 
-        plain_prefills = self._prefill_time(batch_size, batch_size, False, t_plain, t_spec, derive)
-        return Prediction(t_plain, t_spec, 1.0 / (t_plain + plain_prefills), spec_rate, self.acceptance)
+    def _plan(self, batch_size: int) -> tuple:
+        """What the current table says at a batch size, per table (an answer reads it some
+        ten times): the plain step at no context and its seconds per token of context, the
+        same for a speculative step, and (plain's, speculation's) prefill price where one
+        was measured near it, else None."""
+        plan = self._table_at.get(batch_size)
+        if plan is None:
+            prices = tuple(self._lookup(mode, batch_size) if self._near(mode, batch_size) else None
+                           for mode in (costs.PLAIN_PREFILL, costs.SPEC_PREFILL))
+            plan = self._table_at[batch_size] = (
+                self._lookup(costs.PLAIN, batch_size, above="linear"), self.per_token.get(costs.PLAIN, 0.0),
+                self._lookup(costs.SPEC, batch_size, above="proportional"), self.per_token.get(costs.SPEC, 0.0),
+                prices)
+        return plan
 
     def speculate(self, batch_size: int, context: int = 0) -> bool:
         return self._decide(batch_size, context)[0]
