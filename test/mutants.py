@@ -512,7 +512,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="the policy would go on predicting with the acceptance of the first verify it read"),
     Mutant("idle-wait-filed-as-prefill-price", "controller.py",
-           "or c[3] - b[3] < 2 or c[5]:", "or c[3] - b[3] < 2:",
+           "back_to_back(c, d)) or c[5]:", "back_to_back(c, d)):",
            (U + "test_goodput.py",),
            why="a pause in the load would be filed as the price of the prefill after it, seconds "
                "against milliseconds, in the mode that ran before the pause"),

@@ -360,7 +360,9 @@ class AdaptiveModeController(ModeController):
         if len(r) < r.maxlen:
             return
         first, before, a, b, c, d = r
-        if not (back_to_back(a, b) and back_to_back(c, d)) or c[3] - b[3] < 2 or c[5]:
+        if b[3] is None or c[3] is None or c[3] - b[3] < 2:  # no prefill between: most steps
+            return
+        if not (back_to_back(a, b) and back_to_back(c, d)) or c[5]:
             return
         if not first[1] == before[1] == a[1] == b[1]:
             return
