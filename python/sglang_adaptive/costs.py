@@ -169,10 +169,8 @@ class StepCosts:
     def add(self, speculative: bool, batch_size: int, seconds: float, context: int = 0) -> None:
         mode = SPEC if speculative else PLAIN
         self.slopes[mode].add(batch_size, context, seconds)
-        key = (mode, bucket(batch_size))
-        self._window(self._samples, key).append(seconds)
-        self._window(self._contexts, key).append(context)
-        self._derived.pop(key, None)
+        self._add(mode, batch_size, seconds)
+        self._window(self._contexts, (mode, bucket(batch_size))).append(context)
 
     def add_probe(self, batch_size: int, seconds: float) -> None:
         """The three intervals around a lone speculative step (see the module doc)."""

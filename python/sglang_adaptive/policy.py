@@ -747,8 +747,6 @@ class GoodputPolicy(ModePolicy):
         second and request, each mode's prefills after a step included."""
         plan = self._plan(batch_size)
         t_plain, t_spec = plan[0] + plan[1] * context, plan[2] + plan[3] * context
-        if plan[4] == (None, None):  # no prefill price near: prefills count in neither mode
-            return t_plain, t_spec, 1.0 / t_plain, tokens / t_spec if tokens > 0 else 0.0
         plain = 1.0 / (t_plain + self._prefill_time(batch_size, batch_size, False, t_plain, t_spec, derive))
         if tokens <= 0:
             return t_plain, t_spec, plain, 0.0
