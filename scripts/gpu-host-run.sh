@@ -92,9 +92,12 @@
 #               measured in slices taken in turn (--interleave 8 --pin-cpus; spread lengths, 24 requests
 #               per slot; ~4 min cold): host drift over seconds then slows every configuration alike
 #        tinyc1judge  tinyinterjudge's c=1 alone with 96 requests (~2.5 min cold): its plain stretches, by reason
+#        tinyc1quick  static EAGLE-3 and goodput alone at c=1, 48 requests (~3 min cold): what fits a short lease
 #        tinyspecgap  where goodput's speculative steps lose 4-6% to static EAGLE-3's on the tiny pair at batch 1:
 #               EAGLE-3, the adaptive worker that never goes plain (the controller's step timing, no policy
 #               answer) and goodput, interleaved at c=1, 64 requests (~4.5 min cold)
+#        tinygapsplit  tinyspecgap's split one step further, c=1, 32 requests: static EAGLE-3 and
+#               never-plain with keep-warm none and kv (~4 min cold)
 #        tinyinterjudge  tinyinter without --decision-log (the log's line per batch costs the goodput
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
 #        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
@@ -427,8 +430,10 @@ if [ "$cmd" = start ]; then
                           always-spec="$W/ht-always-spec/timing" ;;
             tinyinter) tinyslices gt-tiny-inter 24 1,8,64 plain,eagle3,adaptive-goodput --decision-log ;;
             tinyc1judge) tinyslices gt-tiny-c1-judge 96 1 plain,eagle3,adaptive-goodput ;;
+            tinyc1quick) tinyslices gt-tiny-c1-quick 48 1 eagle3,adaptive-goodput ;;
             tinyspecgap) tinyslices gt-tiny-specgap 64 1 eagle3,adaptive-never-plain,adaptive-goodput ;;
             tinyinterjudge) tinyslices gt-tiny-judge 24 1,8,64 plain,eagle3,adaptive-goodput ;;
+            tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
             hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus
                         ht hg-goodput --configs adaptive-goodput --pin-cpus
                         ht hg-goodput-log --configs adaptive-goodput --pin-cpus --decision-log

@@ -59,7 +59,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_future_relay.py",),
            why="a plain batch would gather and stash back its draft extras: the host cost the skip removes"),
     Mutant("goodput-never-probes", "policy.py",
-           "        if self._plain_run >= (self.probe_every if first_stale else interval):", "        if False:",
+           "        if self._plain_run >= (self.probe_every if check else interval):", "        if False:",
            (U + "test_goodput.py",),
            why="while plain, the acceptance estimate would never refresh: no way back to speculation"),
     Mutant("goodput-explores-in-lone-steps", "policy.py",
@@ -68,13 +68,13 @@ MUTANTS: tuple[Mutant, ...] = (
            why="where the batch size wanders, exploring batches would run alone between the other mode's, "
                "file no step time and explore again (184 switches at c=8 on the tiny pair)"),
     Mutant("goodput-never-refreshes", "policy.py",
-           'return True, "refresh" if close or stale else "probe"', 'return True, "probe"',
+           'return True, "refresh" if close or check or stale else "probe"', 'return True, "probe"',
            (U + "test_goodput.py", U + "test_goodput_sim.py"),
            why="a stale speculative step time would keep the policy plain where speculation pays "
                "(70% plain at c=1 on the tiny pair)"),
     Mutant("goodput-refreshes-only-stale-times", "policy.py",
-           'return True, "refresh" if close or stale else "probe"',
-           'return True, "refresh" if stale else "probe"',
+           'return True, "refresh" if close or check or stale else "probe"',
+           'return True, "refresh" if check or stale else "probe"',
            (U + "test_goodput_sim.py",),
            why="a speculative time measured once too slow where the policy had speculated, or an estimate "
                "too unsure at batch 1, would keep it plain where speculation pays (84% plain at c=1 on the "
@@ -521,10 +521,31 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="a batch run against the policy's answer (a grammar) would be counted as the mode it did not run"),
     Mutant("stale-refresh-waits-the-stretched-interval", "policy.py",
-           "self._plain_run >= (self.probe_every if first_stale else interval)", "self._plain_run >= interval",
+           "self._plain_run >= (self.probe_every if check else interval)", "self._plain_run >= interval",
            (U + "test_goodput_sim.py",),
            why="a speculative time filed slow after a wait would keep the policy plain until a refresh "
                "whose interval it stretched, which could land after the next wait (0.73x, simulated)"),
+    Mutant("plain-stretch-never-checked", "policy.py",
+           "check = first_stale or (self._stretch_unchecked", "check = first_stale or (False",
+           (U + "test_goodput.py",),
+           why="a plain stretch entered on a few poor verifies (the tiny pair's first requests at c=1) would "
+               "wait for lone probes, one verify each: plain for some 900 batches where speculation paid"),
+    Mutant("plain-stretch-from-exploration-unchecked", "policy.py",
+           "self._stretch_unchecked or bool(self._speculating) or self._last_explored)",
+           "self._stretch_unchecked or bool(self._speculating))",
+           (U + "test_goodput.py",),
+           why="a stretch entered on the exploration's speculative time (a warm-up's 4.3 ms step against "
+               "3.1 steady) would wait for lone probes, which do not re-measure it"),
+    Mutant("plain-stretch-checks-unspaced", "policy.py",
+           "and self._launched - self._checked_at >= self.REFRESH_STEPS * interval)", "and True)",
+           (U + "test_goodput.py",),
+           why="where plain leads narrowly, every stretch after a short speculative run would be checked "
+               "again, beyond the probe budget"),
+    Mutant("plain-stretch-check-drops-samples", "policy.py",
+           "            if why != REFRESH_STRETCH:\n", "            if True:\n",
+           (U + "test_goodput.py", U + "test_goodput_sim.py"),
+           why="a check that files fewer than MIN_SAMPLES steps (prefills between them) would leave the "
+               "bucket unmeasured and start its exploration (tiny pair at c=64, simulated: 0.97x no-spec)"),
     Mutant("plain-reserve-outlives-its-block", "scheduler_hooks.py",
            "        _reserve_override = self.previous\n", "        pass\n",
            (U + "test_kv_accounting.py",),

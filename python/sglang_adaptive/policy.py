@@ -52,6 +52,7 @@ def reason_label(speculative: bool, why: str) -> str:
 # Why the goodput policy re-measures a bucket's step time in one mode (the log line says it).
 REFRESH_STALE = "it was measured slower than at a larger batch"
 REFRESH_CLOSE = "speculation and plain decode predict within the hysteresis there"
+REFRESH_STRETCH = "the first check of a plain stretch"
 
 
 class ModePolicy:
@@ -422,6 +423,12 @@ class GoodputPolicy(ModePolicy):
         self._refresh_left = 0  # steps of the refresh under way
         self._refresh_spec = True  # its mode
         self._extensions = 0  # rounds of the speculative refresh under way beyond its first
+        # A plain stretch entered from speculation or an exploration that no refresh has
+        # checked yet (its first probe due may be a refresh: _answer), whether the last
+        # launch in the policy's own mode explored, and the launch of the last check.
+        self._stretch_unchecked = False
+        self._last_explored = False
+        self._checked_at = -math.inf
         self._may_extend = False  # a speculative refresh just ended: another round may follow
         self._explore_left = 0  # steps of the exploration under way (mode: _speculating)
         # Explorations for a prefill price (_unpriced), by (speculative, bucket).
@@ -554,6 +561,11 @@ class GoodputPolicy(ModePolicy):
             key = (speculative, costs.bucket(batch_size))
             self._price_explored[key] = self._price_explored.get(key, 0) + 1
             why = "explore"
+        if why == "goodput":
+            # Entering plain from speculation or an exploration starts an unchecked stretch.
+            self._stretch_unchecked = not speculative and (
+                self._stretch_unchecked or bool(self._speculating) or self._last_explored)
+        self._last_explored = why == "explore"
         # Consecutive steps exploring one mode (the count restarts with the other).
         same = why == "explore" and self._explored and speculative == self._speculating
         self._explored = self._explored + 1 if same else int(why == "explore")
@@ -573,16 +585,24 @@ class GoodputPolicy(ModePolicy):
         elif not self._refresh_left:  # its first step
             self._extensions = 0
             b = costs.bucket(batch_size)
+            why = REFRESH_STALE
             if speculative:
                 stale = b in self._slower[costs.SPEC]
-                why = REFRESH_STALE if stale else REFRESH_CLOSE
+                if not stale:
+                    why = REFRESH_STRETCH if self._stretch_unchecked else REFRESH_CLOSE
+                if self._stretch_unchecked:
+                    self._stretch_unchecked, self._checked_at = False, self._launched
                 if stale:
                     self._refreshed.add(b)  # the next refresh of a stale time waits longer
                 self._plain_run = 0  # the next probe is due an interval after it
             else:
-                why = REFRESH_STALE
                 self._steady_plain.add(b)
-            self._stale.append((costs.SPEC if speculative else costs.PLAIN, b, why))
+            # A stretch's check adds its steps to the bucket's samples: dropped, a refresh
+            # that files fewer than MIN_SAMPLES (prefills between its steps) leaves the
+            # bucket unmeasured, and its exploration follows (the tiny pair at c=64 in the
+            # simulation: 181 more speculative steps, 0.97x no-spec).
+            if why != REFRESH_STRETCH:
+                self._stale.append((costs.SPEC if speculative else costs.PLAIN, b, why))
             self._refresh_left, self._refresh_spec = self.REFRESH_STEPS, speculative
         self._refresh_left -= 1
         # Sync after the last step, as after an exploration.
@@ -727,9 +747,21 @@ class GoodputPolicy(ModePolicy):
         # wait) made the interval too, and a refresh landing after the next wait filed
         # it slow again (simulated tiny pair at c=1: 0.73x, plain on 99% of the batches).
         first_stale = stale and costs.bucket(batch_size) not in self._refreshed
-        if self._plain_run >= (self.probe_every if first_stale else interval):
+        # So does a plain stretch's first check: the policy entered it on an estimate of a
+        # few verifies (at batch 1 one request's each), or on a speculative time the
+        # exploration measured, and the lone probes after it bring one verify each, aged
+        # away by the next: on the tiny pair at c=1 (H100, 2026-12-07) early requests
+        # accepting 2.1-2.6 tokens, or a warm-up's 4.3 ms step against 3.1 steady, kept
+        # goodput plain for some 600-900 batches at about 0.85x static EAGLE-3. Within the
+        # probe budget, as a stale time's later refreshes: a check at most every
+        # REFRESH_STEPS probe intervals (where plain leads narrowly, a check that puts the
+        # noisy estimate ahead starts a short speculative run, and the stretch after it
+        # would be checked again).
+        check = first_stale or (self._stretch_unchecked
+                                and self._launched - self._checked_at >= self.REFRESH_STEPS * interval)
+        if self._plain_run >= (self.probe_every if check else interval):
             close = spec >= plain * (1 - self.hysteresis)
-            return True, "refresh" if close or stale else "probe"
+            return True, "refresh" if close or check or stale else "probe"
         return False, "goodput"
 
     def _predict(self, batch_size: int, context: int = 0, derive: bool = True) -> Prediction:

@@ -832,6 +832,101 @@ def test_the_first_probe_where_speculation_was_only_explored_re_measures_its_ste
     assert p._decide(1) == (True, "refresh")
 
 
+TINY_C1 = table(plain={1: 1.5}, spec={1: 3.63})  # the tiny pair at batch 1 (H100, 2026-12-07)
+# Drafts accepted per verify at batch 1: 2 on average (3 tokens a step, speculation ahead
+# by about a fifth), one request's verify at a time, so a lone probe may see 0 or 1.
+NOISY = [3, 0, 3, 2, 1, 3, 3, 0, 3, 2]
+
+
+def stretch(p: GoodputPolicy, steps: int, draws: list) -> tuple[list, list, list]:
+    """``steps`` decode batches at batch 1 as the policy decides them, each speculative
+    one verified with the next of ``draws`` (cycled); returns (mode, why) per batch,
+    what each batch gave the controller to drop, and the batches that began a check the
+    call being close would not have brought (a close call's refresh checks a stretch too)."""
+    out, dropped, checks, verifies = [], [], [], 0
+    for i in range(steps):
+        decided = p._decide(1)
+        checked_at, why = p._checked_at, p.explain(1)
+        close = why["spec_tps"] >= why["plain_tps"] * (1 - p.hysteresis)
+        p.on_launch(decided[0], 1)
+        if p._checked_at != checked_at and not close:
+            checks.append(i)
+        dropped.append(p.stale_buckets())
+        if decided[0]:
+            p.on_verify([draws[verifies % len(draws)]])
+            verifies += 1
+        out.append(decided)
+    return out, dropped, checks
+
+
+def test_a_plain_stretch_entered_on_a_few_poor_verifies_is_checked_by_a_refresh():
+    """The tiny pair at c=1 (H100, 2026-12-07): the first requests accepted 2.1-2.6
+    tokens a step, the policy left speculation, and lone probes (one request's verify
+    each, aged away by the next) kept it plain for about 900 batches where speculation
+    paid a fifth. The stretch's first probe due is a refresh, at the shortest interval."""
+    p = GoodputPolicy(K, probe_every=100, half_life=64)
+    p.set_costs(TINY_C1)
+    feed(p, accepted=1, steps=40, batch=1)  # poor early requests: 2 tokens a step
+    put(p, _speculating=True)
+    assert p._decide(1) == (False, "goodput")
+    modes, dropped, checks = stretch(p, 1000, NOISY)
+    first = next(i for i, (m, _) in enumerate(modes) if m)
+    assert first == 100 and modes[first] == (True, "refresh") and checks[0] == first, (first, modes[first])
+    assert all(why == "goodput" for _, why in modes[:first]), "plain by the comparison until then"
+    assert not any(dropped[first:first + GoodputPolicy.REFRESH_STEPS]), "the check adds samples, drops none"
+    # Lone probes every 142 steps brought it back at about batch 570 (43% speculative).
+    back = next(i for i in range(len(modes)) if all(m for m, _ in modes[i:i + 20]))
+    assert back <= 300 and sum(m for m, _ in modes) >= 0.7 * len(modes), back
+
+
+def test_a_plain_stretch_entered_after_the_explorations_is_checked_by_a_refresh():
+    """The tiny pair at c=1 (H100, 2026-12-07): the warm-up's speculative steps at batch
+    1 filed 4.3 ms against 3.1 steady, and after the two explorations the policy went
+    plain on that time, for 40% of the batches (0.85x static EAGLE-3); lone probes file
+    no step time. The stretch's first probe due is a refresh, whose steps join the
+    bucket's samples."""
+    p = GoodputPolicy(K, probe_every=100, half_life=64)
+    assert p._decide(1) == (True, "explore")
+    for accepted in [1, 2, 1, 0, 2, 1, 2][:GoodputPolicy.EXPLORE_SYNC]:
+        p.on_launch(True, 1)
+        p.on_verify([accepted])
+    p.set_costs(table(plain={}, spec={1: 4.3}))
+    assert p._decide(1) == (False, "explore")
+    for _ in range(GoodputPolicy.EXPLORE_SYNC):
+        p.on_launch(False, 1)
+    p.set_costs(table(plain={1: 1.68}, spec={1: 4.3}))
+    assert p._decide(1) == (False, "goodput")
+    modes, dropped, checks = stretch(p, 200, NOISY)
+    first = next(i for i, (m, _) in enumerate(modes) if m)
+    # The plain run counts the plain exploration's steps too.
+    assert first + GoodputPolicy.EXPLORE_SYNC == 100 and modes[first] == (True, "refresh") and checks == [first], \
+        (first, checks)
+    assert not any(dropped), "its steps join the bucket's samples"
+
+
+def test_a_stretch_check_stays_within_the_probe_budget():
+    """Where plain leads, a check that the estimate's noise puts ahead starts a short
+    speculative run, and the stretch after it is unchecked again: it is checked only
+    REFRESH_STEPS probe intervals after the last check, as a stale time's later
+    refreshes are; the probes due before that stay lone steps."""
+    p = GoodputPolicy(K, probe_every=100, half_life=64)
+    p.set_costs(table(plain={1: 1.5}, spec={1: 5.2}))  # 3 tokens: behind plain by an eighth
+    feed(p, accepted=2, steps=40, batch=1)
+    interval = p.probe_interval(1.5e-3, 5.2e-3)
+    checks, spec = [], 0
+    for _ in range(12):  # each time a short speculative run, then a stretch of 400 batches
+        put(p, _speculating=True)
+        base = p._launched
+        modes, _, at = stretch(p, 400, NOISY)
+        checks += [base + i for i in at]
+        spec += sum(m for m, _ in modes)
+        assert all(why in ("goodput", "probe", "refresh") for _, why in modes)
+    assert len(checks) >= 2 and all(b - a >= GoodputPolicy.REFRESH_STEPS * interval
+                                    for a, b in zip(checks, checks[1:])), (checks, interval)
+    assert len(checks) <= 1 + 12 * 400 // (GoodputPolicy.REFRESH_STEPS * interval) + 1, checks
+    assert spec * (5.2 - 1.5) / (12 * 400 * 1.5) <= 0.05, spec
+
+
 def test_no_refresh_where_speculative_times_grow_with_the_batch():
     """The 8B pair's table: each speculative time at most the next larger batch's, so
     none looks stale and a probe stays one step (a refresh costs 6 more speculative

@@ -83,3 +83,16 @@ def test_controller_cost_times_every_call_of_a_steady_speculating_server():
         assert logging.root.manager.disable == logging.WARNING
     finally:
         logging.disable(logging.NOTSET)
+
+
+def test_hook_cost_drives_the_hooks_of_a_speculating_server_and_restores_the_controller():
+    """benchmark/hook_cost.py claims both servers speculate (goodput after its
+    explorations) through the scheduler hooks, and times goodput without each part."""
+    from sglang_adaptive import controller as ctl
+
+    hook_cost = _benchmark_script("hook_cost")
+    before = ctl.current()
+    out = hook_cost.measure(steps=300, repeat=1)
+    assert out["spec_share"]["never-plain"] == 1.0 and out["spec_share"]["goodput"] >= 0.99, out
+    assert set(out["goodput_without"]) == set(hook_cost.PARTS)
+    assert ctl.current() is before and logging.root.manager.disable == logging.NOTSET

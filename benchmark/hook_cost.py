@@ -1,0 +1,170 @@
+"""Host time per decode batch of everything this package runs beside upstream at c=1.
+
+Where ``controller_cost.py`` calls the controller directly, this drives the scheduler
+hooks a speculative decode batch passes through (the memory check, the prepare, the
+FutureMap's extras and relay, the result) and the acceptance feed, with upstream's own
+functions replaced by no-ops, for the goodput policy and for a threshold no batch
+reaches (``adaptive-never-plain``: the controller still times every step). Then, for
+goodput, it replaces one part at a time by a no-op after warm-up: the difference from
+the whole is about that part's share (parts also make each other cheaper or dearer: a
+skipped verify leaves the answer's estimate unchanged). The loop is the one of
+``controller_cost.py --waits``: batch 1, a prefill every ~80 steps after an idle wait.
+A GPU host's scheduler core runs these several times slower; the figures rank parts.
+
+usage: PYTHONPATH=python python benchmark/hook_cost.py [--steps 15000] [--repeat 5] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import time
+
+from sglang_adaptive import controller as ctl, scheduler_hooks as hooks
+from sglang_adaptive.policy import GoodputPolicy, ThresholdPolicy
+
+
+class _Req:
+    __slots__ = ("kv_committed_len", "is_retracted")
+
+    def __init__(self, length: int):
+        self.kv_committed_len, self.is_retracted = length, False
+
+    def finished(self) -> bool:
+        return False
+
+
+class _Spec:
+    def is_none(self) -> bool:
+        return False
+
+
+class _Batch:
+    """What the hooks read of a ScheduleBatch."""
+
+    def __init__(self, reqs):
+        self.reqs, self.has_grammar, self.enable_overlap = reqs, False, True
+        self.spec_algorithm, self.forward_iter = _Spec(), 0
+
+
+class _Result:
+    next_draft_input = None
+
+
+class _FutureMap:
+    _forward_buf_initialized, need_topk, need_hidden_states = True, True, True
+
+
+class _Scheduler:
+    future_map = _FutureMap()
+
+
+def _original(*args, **kwargs):
+    return None
+
+
+def run(policy, patch=None, steps: int = 15000, seed: int = 0):
+    """Microseconds per decode batch after 3,000 batches of warm-up (``patch(controller)``
+    applied between), and the controller."""
+    now = [0.0]
+    controller = ctl.AdaptiveModeController(policy, spec_width=4, log_interval=10, clock=lambda: now[0])
+    previous = ctl.current()
+    ctl.install(controller)
+    rng = random.Random(seed)
+    reqs = [_Req(64)]
+    batch, result, scheduler, launches = _Batch(reqs), _Result(), _Scheduler(), [0]
+
+    def step() -> None:
+        hooks.around_check_decode_mem(_original, batch)
+        hooks.around_prepare_for_decode(_original, batch)
+        hooks.around_resolve_spec_extras(_original, scheduler.future_map, batch)
+        speculative = getattr(batch, ctl.BATCH_FLAG)
+        setattr(result, ctl.RESULT_FLAG, not speculative)
+        hooks.around_relay_forward_payload(_original, scheduler, None, result)
+        hooks.around_process_batch_result_decode(_original, None, batch, result)
+        launches[0] += 1
+        batch.forward_iter = launches[0]
+        now[0] += (0.0031 if speculative else 0.0015) * rng.uniform(0.95, 1.05)
+        if speculative:
+            controller.on_verify([rng.choice((1, 2, 3))])
+        reqs[0].kv_committed_len += 3 if speculative else 1
+        if reqs[0].kv_committed_len > 300:  # the request ends after an idle wait; its successor prefills
+            reqs[0].kv_committed_len = 64
+            now[0] += 0.001
+            controller.on_idle()
+            launches[0] += 1
+
+    silenced = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)  # the log lines' cost is the handler's, not measured here
+    try:
+        for _ in range(3000):
+            step()
+        if patch is not None:
+            patch(controller)
+        tic = time.perf_counter_ns()
+        for _ in range(steps):
+            step()
+        return (time.perf_counter_ns() - tic) / steps / 1000.0, controller
+    finally:
+        logging.disable(silenced)
+        ctl.install(previous)
+
+
+def _noop(*args, **kwargs):
+    return None
+
+
+# What each row replaces by a no-op after warm-up.
+PARTS = {
+    "on_prepare (step timing, policy bookkeeping, sync)": lambda c: setattr(c, "on_prepare", _noop),
+    "on_verify (acceptance feed)": lambda c: setattr(c, "on_verify", _noop),
+    "_time_step": lambda c: setattr(c, "_time_step", _noop),
+    "costs.add": lambda c: setattr(c.costs, "add", _noop),
+    "acceptance.update": lambda c: setattr(c.policy.acceptance, "update", _noop),
+    "sync": lambda c: setattr(c, "sync", _noop),
+    "_count_prefills": lambda c: setattr(c, "_count_prefills", _noop),
+    "context": lambda c: setattr(c, "context", lambda reqs: 0),
+}
+
+
+def measure(steps: int = 15000, repeat: int = 5, parts: bool = True) -> dict:
+    """Best of ``repeat`` runs, in microseconds per batch, and each run's speculative share."""
+    def best(policy, patch=None):
+        times, shares = [], []
+        for _ in range(repeat):
+            us, c = run(policy(), patch, steps)
+            times.append(us)
+            shares.append(c.stats.spec_batches / (c.stats.spec_batches + c.stats.plain_batches))
+        return min(times), min(shares)
+
+    goodput, goodput_share = best(lambda: GoodputPolicy(3))
+    never_plain, never_plain_share = best(lambda: ThresholdPolicy(100000))
+    out = {"steps": steps, "repeat": repeat, "us_per_batch": {"goodput": goodput, "never-plain": never_plain},
+           "spec_share": {"goodput": goodput_share, "never-plain": never_plain_share}, "goodput_without": {}}
+    if parts:
+        for name, patch in PARTS.items():
+            out["goodput_without"][name] = best(lambda: GoodputPolicy(3), patch)[0]
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=15000)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+    out = measure(args.steps, args.repeat)
+    for name, us in out["us_per_batch"].items():
+        print(f"{name:14s} {us:6.2f} us a batch ({out['spec_share'][name]:.1%} of the batches speculative, "
+              f"the warm-up's included)")
+    for name, us in out["goodput_without"].items():
+        print(f"  goodput without {name:52s} {us:6.2f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
