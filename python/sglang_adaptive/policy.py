@@ -751,7 +751,7 @@ class GoodputPolicy(ModePolicy):
         # few verifies (at batch 1 one request's each), or on a speculative time the
         # exploration measured, and the lone probes after it bring one verify each, aged
         # away by the next: on the tiny pair at c=1 (H100, 2026-12-07) early requests
-        # accepting 2.1-2.6 tokens, or a warm-up's 4.3 ms step against 3.1 steady, kept
+        # accepting 2.1-2.8 tokens, or a warm-up's 4.3 ms step against 3.1 steady, kept
         # goodput plain for some 600-900 batches at about 0.85x static EAGLE-3. Within the
         # probe budget, as a stale time's later refreshes: a check at most every
         # REFRESH_STEPS probe intervals (where plain leads narrowly, a check that puts the

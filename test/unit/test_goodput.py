@@ -846,8 +846,8 @@ def stretch(p: GoodputPolicy, steps: int, draws: list) -> tuple[list, list, list
     out, dropped, checks, verifies = [], [], [], 0
     for i in range(steps):
         decided = p._decide(1)
-        checked_at, why = p._checked_at, p.explain(1)
-        close = why["spec_tps"] >= why["plain_tps"] * (1 - p.hysteresis)
+        checked_at, explained = p._checked_at, p.explain(1)
+        close = explained["spec_tps"] >= explained["plain_tps"] * (1 - p.hysteresis)
         p.on_launch(decided[0], 1)
         if p._checked_at != checked_at and not close:
             checks.append(i)
@@ -860,7 +860,7 @@ def stretch(p: GoodputPolicy, steps: int, draws: list) -> tuple[list, list, list
 
 
 def test_a_plain_stretch_entered_on_a_few_poor_verifies_is_checked_by_a_refresh():
-    """The tiny pair at c=1 (H100, 2026-12-07): the first requests accepted 2.1-2.6
+    """The tiny pair at c=1 (H100, 2026-12-07): the first requests accepted 2.1-2.8
     tokens a step, the policy left speculation, and lone probes (one request's verify
     each, aged away by the next) kept it plain for about 900 batches where speculation
     paid a fifth. The stretch's first probe due is a refresh, at the shortest interval."""
