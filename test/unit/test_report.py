@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,38 @@ def test_interleaved_points_are_judged_slice_by_slice():
     assert len(table.splitlines()) == 3  # c=1 was not interleaved
     assert "interleaved" in report.markdown(rows)
     assert report.paired_slices_table([r for r in rows if "slice_tok_per_s" not in r]) == ""
+
+
+def _interleaved_run(path, goodput_slices):
+    """A results file of one interleaved point (c=8): static EAGLE-3 at 100 tok/s in
+    every slice, no-spec at 90, goodput as given."""
+    rows = [{"label": "plain", "concurrency": 8, "output_tok_per_s": 1, "slice_tok_per_s": [90.0] * 4},
+            {"label": "eagle3", "concurrency": 8, "output_tok_per_s": 1, "slice_tok_per_s": [100.0] * 4},
+            {"label": "adaptive-goodput", "concurrency": 8, "output_tok_per_s": 1,
+             "slice_tok_per_s": goodput_slices}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_interleaved_runs_read_together_pool_their_slices_with_an_interval(tmp_path, capsys):
+    # Two runs of the same point, each one round: read together, the second run's
+    # slices must not replace the first's (both are round 1 of their label).
+    first = _interleaved_run(tmp_path / "a.jsonl", [90.0, 92.0, 94.0, 96.0])
+    second = _interleaved_run(tmp_path / "b.jsonl", [102.0, 104.0, 106.0, 108.0])
+    report.main([first, second, "--out", str(tmp_path / "pooled")])
+    line = next(x for x in (tmp_path / "pooled" / "report.md").read_text().splitlines() if x.startswith("| 8 | 0."))
+    median_part, interval = line.split("; median's 95% interval ")
+    assert median_part == "| 8 | 0.990 (0.90-1.08, 8 slices"
+    low, high = (float(x) for x in interval.rstrip(") |").split("-"))
+    # The median of 8 resampled ratios lies between their 2nd and 7th smallest at the
+    # 95% ends, and the interval holds the median itself.
+    assert 0.90 <= low < 0.99 < high <= 1.08
+    assert report.median_interval([0.97] * 8) == (0.97, 0.97)
+    # One outlying slice in ten moves the median of a resample only when half the draws
+    # hit it (p = 0.0016): a few of 2000 resamples, inside the 2.5% at either end.
+    assert report.median_interval([0.5] + [1.0] * 9) == (1.0, 1.0)
+    assert report.median_interval([1.5] + [1.0] * 9) == (1.0, 1.0)
+    # One run alone: 4 slices, fewer than the interval needs.
+    report.main([first, "--out", str(tmp_path / "one")])
+    assert "| 8 | 0.930 (0.90-0.96, 4 slices) |" in (tmp_path / "one" / "report.md").read_text()
+    capsys.readouterr()

@@ -6,17 +6,24 @@ them, count as closed) and the metrics of ``metrics.summarize``. Plots need
 matplotlib; without it the tables are still written.
 
 usage: python -m sglang_adaptive.bench.report RESULTS.jsonl [MORE.jsonl ...] [--out DIR]
-(several files: rows of runs made in parts, e.g. one configuration per device call)
+(several files: rows of runs made in parts, e.g. one configuration per device call, or
+interleaved runs of the same points, whose slices the interleaved table pools)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 from pathlib import Path
 from statistics import median
 
 from sglang_adaptive.bench.configs import LABELS as ORDER, STATIC
+
+
+# Set on rows read from the second and later of several results files (``main``): the
+# interleaved slices of separate runs are pooled, not taken for one another.
+SOURCE = "_source"
 
 
 def load_rows(path) -> list[dict]:
@@ -67,16 +74,34 @@ def spread_table(rows: list[dict], metric: str = "output_tok_per_s", key: str = 
     return "\n".join(lines) + "\n"
 
 
+# Slices of one interleaved point (all rounds and runs) from which its table cell also
+# gives the median's 95% bootstrap interval: fewer say little about it.
+MIN_INTERVAL_SLICES = 6
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def median_interval(values: list[float], resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of the median over ``resamples`` resamples of
+    ``values`` (with replacement; a fixed seed, so a report reads the same each time)."""
+    rng = random.Random(0)
+    medians = sorted(median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
 def paired_slices_table(rows: list[dict]) -> str:
     """Interleaved points (``--interleave``): each non-static configuration's output tok/s
     in a slice over the better static one's in the same slice, the median over every
-    slice of the point (all rounds) and the range. The servers took the slices in turn,
-    seconds apart: this ratio is paired, the medians of whole points are not."""
+    slice of the point (all rounds, and all runs where rows of several results files are
+    read: ``SOURCE`` tells them apart) and the range; from ``MIN_INTERVAL_SLICES`` slices
+    on, the median's 95% bootstrap interval too. The servers took the slices in turn,
+    seconds apart: this ratio is paired, the medians of whole points are not. On a host
+    whose speed swings by more than the margin being judged, one run's median can land
+    either side of a bar that the pooled runs' interval shows undecided."""
     slices: dict = {}
     for row in rows:
         if row.get("workload", "closed") == "closed" and row.get("slice_tok_per_s"):
             point = slices.setdefault(row["concurrency"], {})
-            point.setdefault(row.get("round", 1), {})[row["label"]] = row["slice_tok_per_s"]
+            point.setdefault((row.get(SOURCE, 0), row.get("round", 1)), {})[row["label"]] = row["slice_tok_per_s"]
     others = sorted({label for point in slices.values() for by in point.values() for label in by} - set(STATIC),
                     key=lambda x: ORDER.index(x) if x in ORDER else len(ORDER))
     if not others:
@@ -87,8 +112,14 @@ def paired_slices_table(rows: list[dict]) -> str:
         cells = [f"{point:g}"]
         for label in others:
             ratios = [r for by in by_round.values() for r in _slice_ratios(by, label)]
-            cells.append(f"{median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} slices)"
-                         if ratios else "-")
+            if not ratios:
+                cells.append("-")
+                continue
+            interval = ""
+            if len(ratios) >= MIN_INTERVAL_SLICES:
+                low, high = median_interval(ratios)
+                interval = f"; median's 95% interval {low:.3f}-{high:.3f}"
+            cells.append(f"{median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} slices{interval})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -212,7 +243,8 @@ def markdown(rows: list[dict]) -> str:
     paired = paired_slices_table(rows)
     if paired:
         parts.append("### Closed loop, interleaved: output tok/s over the better static mode's in the same "
-                     f"slice (median over slices, range)\n\n{paired}")
+                     f"slice (median over slices, range; from {MIN_INTERVAL_SLICES} slices the median's 95% "
+                     f"bootstrap interval)\n\n{paired}")
     spread = spread_table(rows)
     if spread:
         parts.append("### Closed loop: spread of output tok/s over rounds (max / min - 1, rounds); "
@@ -379,7 +411,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None, help="default: beside the first RESULTS")
     a = p.parse_args(argv)
     out = Path(a.out) if a.out else Path(a.results[0]).parent
-    rows = [row for path in a.results for row in load_rows(path)]
+    rows = [{**row, SOURCE: i} if i else row for i, path in enumerate(a.results) for row in load_rows(path)]
     for path in write(rows, out):
         print(f"wrote {path}")
     print((out / "report.md").read_text())
