@@ -100,6 +100,8 @@
 #               never-plain with keep-warm none and kv (~4 min cold)
 #        tinyinterjudge  tinyinter without --decision-log (the log's line per batch costs the goodput
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
+#        tinyjudgelong  tinyinterjudge with 96 requests per client in 16 slices (~6 min cold): slices
+#               of one host swing +-15%, so a 2% bar needs more of them
 #        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
 #               pinned, c=1, 8, 64 (~4 min): what the goodput policy adds to a speculative step
 #        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
@@ -433,6 +435,7 @@ if [ "$cmd" = start ]; then
             tinyc1quick) tinyslices gt-tiny-c1-quick 48 1 eagle3,adaptive-goodput ;;
             tinyspecgap) tinyslices gt-tiny-specgap 64 1 eagle3,adaptive-never-plain,adaptive-goodput ;;
             tinyinterjudge) tinyslices gt-tiny-judge 24 1,8,64 plain,eagle3,adaptive-goodput ;;
+            tinyjudgelong) tinyslices gt-tiny-judge-long 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16 ;;
             tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
             hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus
                         ht hg-goodput --configs adaptive-goodput --pin-cpus
