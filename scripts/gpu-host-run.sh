@@ -102,6 +102,9 @@
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
 #        tinyjudgelong  tinyinterjudge with 96 requests per client in 16 slices (~6 min cold): slices
 #               of one host swing +-15%, so a 2% bar needs more of them
+#        tinyjudgethreads  tinyjudgelong with benchmark/thread_sampler.py beside it: each scheduler
+#               process's threads' CPU time every 0.5 s (threads.jsonl; --summarize it), to tell whether
+#               another thread of the process takes the pinned core in a server's slow stretches
 #        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
 #               pinned, c=1, 8, 64 (~4 min): what the goodput policy adds to a speculative step
 #        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
@@ -436,6 +439,11 @@ if [ "$cmd" = start ]; then
             tinyspecgap) tinyslices gt-tiny-specgap 64 1 eagle3,adaptive-never-plain,adaptive-goodput ;;
             tinyinterjudge) tinyslices gt-tiny-judge 24 1,8,64 plain,eagle3,adaptive-goodput ;;
             tinyjudgelong) tinyslices gt-tiny-judge-long 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16 ;;
+            tinyjudgethreads) mkdir -p "$W/gt-tiny-judge-threads"
+                      python benchmark/thread_sampler.py --out "$W/gt-tiny-judge-threads/threads.jsonl" --seconds 900 &
+                      sampler=$!
+                      tinyslices gt-tiny-judge-threads 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16
+                      kill "$sampler" ;;
             tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
             hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus
                         ht hg-goodput --configs adaptive-goodput --pin-cpus

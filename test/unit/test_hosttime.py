@@ -5,8 +5,11 @@ SGLang classes for the rest of the process."""
 import importlib
 import json
 import logging
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +99,68 @@ def test_hook_cost_drives_the_hooks_of_a_speculating_server_and_restores_the_con
     assert out["spec_share"]["never-plain"] == 1.0 and out["spec_share"]["goodput"] >= 0.99, out
     assert set(out["goodput_without"]) == set(hook_cost.PARTS)
     assert ctl.current() is before and logging.root.manager.disable == logging.NOTSET
+
+
+def _fake_thread(proc: Path, pid: int, tid: int, name: str, ticks: tuple[int, int], switches: int) -> None:
+    task = proc / str(pid) / "task" / str(tid)
+    task.mkdir(parents=True, exist_ok=True)
+    # Fields 3-13 (state .. cmajflt) before utime (14) and stime (15).
+    (task / "stat").write_text(f"{tid} ({name}) S 1 1 1 0 -1 4194304 0 0 0 0 {ticks[0]} {ticks[1]} 0 0 20 0\n")
+    (task / "status").write_text(
+        f"Name:\t{name}\nvoluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t{switches}\n")
+
+
+def test_thread_sampler_reports_each_threads_cpu_per_interval(tmp_path):
+    """benchmark/thread_sampler.py: the interval's CPU seconds and involuntary switches of
+    every thread of the matching processes, from the second sample of a process on;
+    names with spaces and parentheses, threads that start later, processes that do not
+    match."""
+    sampler_mod = _benchmark_script("thread_sampler")
+    tick = sampler_mod.TICK_S
+    proc = tmp_path / "proc"
+    (proc / "100").mkdir(parents=True)
+    (proc / "100" / "cmdline").write_bytes(b"sglang::scheduler\0")
+    (proc / "100" / "stat").write_text("100 (sglang::schedul) S 90 1 1 0\n")  # its parent: 90
+    (proc / "90").mkdir()
+    (proc / "90" / "cmdline").write_bytes(b"python\0-m\0sglang.launch_server\0--port\x0030010\0")
+    (proc / "200").mkdir()
+    (proc / "200" / "cmdline").write_bytes(b"python\0-m\0bench\0")
+    (proc / "self").mkdir()
+    (proc / str(os.getpid())).mkdir()  # the sampler itself: its --match holds the text
+    (proc / str(os.getpid()) / "cmdline").write_bytes(b"python\0thread_sampler.py\0--match\0sglang::scheduler\0")
+    _fake_thread(proc, os.getpid(), os.getpid(), "python", (1, 0), 0)
+    _fake_thread(proc, 100, 100, "sglang::schedul", (500, 100), 7)
+    _fake_thread(proc, 100, 101, "ZMQbg/IO (1)", (10, 0), 0)
+    _fake_thread(proc, 200, 200, "python", (900, 0), 0)
+    times = iter([1000.0, 1000.5, 1001.0])
+    sampler = sampler_mod.Sampler("sglang::scheduler", proc, clock=lambda: next(times))
+    assert sampler.sample() == []  # the baseline
+    _fake_thread(proc, os.getpid(), os.getpid(), "python", (9, 0), 3)
+    _fake_thread(proc, 100, 100, "sglang::schedul", (540, 105), 9)
+    _fake_thread(proc, 100, 102, "pt_autograd_0", (3, 0), 1)
+    (line,) = sampler.sample()
+    assert line["pid"] == 100 and line["t"] == 1000.5 and line["port"] == "30010"
+    assert line["threads"] == {"main": ["sglang::schedul", round(45 * tick, 3), 2],
+                               "102": ["pt_autograd_0", round(3 * tick, 3), 1]}  # 101 did not run
+    _fake_thread(proc, 100, 101, "ZMQbg/IO (1)", (30, 0), 4)
+    (line,) = sampler.sample()
+    assert line["threads"] == {"101": ["ZMQbg/IO (1)", round(20 * tick, 3), 4]}
+    summary = sampler_mod.summarize(
+        [{"t": 1000.5, "pid": 100, "port": "30010", "threads": {"main": ["s", 0.4, 2], "7": ["a", 0.1, 0]}},
+         {"t": 1000.9, "pid": 100, "port": "30010", "threads": {"main": ["s", 0.3, 0], "8": ["b", 0.2, 1]}}])
+    (cell,) = summary["port 30010, pid 100"].values()
+    assert cell == {"main_cpu_s": 0.7, "others_cpu_s": 0.3, "busiest": "b"}
+
+
+def test_thread_sampler_reads_the_kernels_own_fields():
+    """The fields it reads are the kernel's utime and stime, not neighbours of them: a
+    third of a second spun on this thread shows as about that much CPU time."""
+    sampler_mod = _benchmark_script("thread_sampler")
+    me = Path("/proc") / str(os.getpid()) / "task" / str(threading.get_native_id())
+    before = sampler_mod.read_thread(me)
+    stop = time.monotonic() + 0.35
+    while time.monotonic() < stop:
+        pass
+    after = sampler_mod.read_thread(me)
+    assert 0.25 <= after[1] - before[1] <= 0.6
+    assert sampler_mod.read_thread(me.parent / "999999999") is None
