@@ -108,8 +108,9 @@ class Sampler:
 
 
 def summarize(lines: list[dict]) -> dict:
-    """"port PORT, pid PID" -> second (hh:mm:ss, local time as SGLang's log) -> the main
-    thread's CPU seconds, the other threads' together, and the busiest other thread's name."""
+    """Per process (keyed ``port PORT, pid PID``) and second (hh:mm:ss, local time as in
+    SGLang's log): the main thread's CPU seconds, the other threads' together, and the
+    busiest other thread's name."""
     out: dict = defaultdict(dict)
     for line in lines:
         second = time.strftime("%H:%M:%S", time.localtime(line["t"]))

@@ -100,8 +100,8 @@
 #               never-plain with keep-warm none and kv (~4 min cold)
 #        tinyinterjudge  tinyinter without --decision-log (the log's line per batch costs the goodput
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
-#        tinyjudgelong  tinyinterjudge with 96 requests per client in 16 slices (~6 min cold): slices
-#               of one host swing +-15%, so a 2% bar needs more of them
+#        tinyjudgelong  tinyinterjudge with 96 requests per client in 16 slices (620 s on a fresh
+#               machine: wait twice): slices of one host swing +-15%, so a 2% bar needs more of them
 #        tinyjudgethreads  tinyjudgelong with benchmark/thread_sampler.py beside it: each scheduler
 #               process's threads' CPU time every 0.5 s (threads.jsonl; --summarize it), to tell whether
 #               another thread of the process takes the pinned core in a server's slow stretches
