@@ -8,11 +8,14 @@ ran then, it took the core from the scheduler's main thread; these samples show 
 the decode log's timestamps.
 
 Each sample is a JSON line per matching process: its pid, its server's ``--port``, the
-wall time, and for every thread that ran since the last sample its name, CPU seconds and
-involuntary context switches in that interval (``main``: the thread whose id is the pid).
+wall time, and for every thread that ran since the last sample its name, CPU seconds,
+involuntary context switches in that interval and the CPU it last ran on (``main``: the
+thread whose id is the pid). A VM need not show which of its CPUs share a physical core:
+with the bench's client and the servers' other processes matched too (``--match`` again),
+a scheduler's slow seconds can be set beside where the busy threads ran.
 
 usage: python benchmark/thread_sampler.py --out FILE [--every 0.5] [--seconds 900]
-       [--match sglang::scheduler]
+       [--match sglang::scheduler [--match TEXT ...]]
        python benchmark/thread_sampler.py --summarize FILE   (per process and second: the
        main thread's CPU seconds, the others', the busiest other thread)
 """
@@ -29,9 +32,9 @@ from pathlib import Path
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
-def read_thread(task: Path) -> tuple[str, float, int] | None:
-    """(name, CPU seconds, involuntary context switches) of one /proc/PID/task/TID, or
-    None for a thread that ended meanwhile."""
+def read_thread(task: Path) -> tuple[str, float, int, int] | None:
+    """(name, CPU seconds, involuntary context switches, the CPU it last ran on) of one
+    /proc/PID/task/TID, or None for a thread that ended meanwhile."""
     try:
         stat = (task / "stat").read_text()
         status = (task / "status").read_text()
@@ -43,12 +46,12 @@ def read_thread(task: Path) -> tuple[str, float, int] | None:
     cpu = (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime: fields 14 and 15
     switches = next((int(line.split()[1]) for line in status.splitlines()
                      if line.startswith("nonvoluntary_ctxt_switches")), 0)
-    return name, cpu, switches
+    return name, cpu, switches, int(fields[36])  # processor: field 39
 
 
-def matching_pids(match: str, proc: Path = Path("/proc")) -> list[int]:
-    """Processes whose command line (SGLang sets the process title there) holds ``match``,
-    this one aside (its own command line holds it too)."""
+def matching_pids(match: tuple[str, ...], proc: Path = Path("/proc")) -> list[int]:
+    """Processes whose command line (SGLang sets the process title there) holds one of
+    ``match``, this one aside (its own command line holds them too)."""
     pids = []
     for entry in proc.iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
@@ -56,25 +59,32 @@ def matching_pids(match: str, proc: Path = Path("/proc")) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if match in cmdline:
+            if any(m in cmdline for m in match):
                 pids.append(int(entry.name))
     return sorted(pids)
 
 
 def server_port(pid: int, proc: Path = Path("/proc")) -> str | None:
-    """The ``--port`` of the launch_server process above ``pid`` (which server it is)."""
+    """The ``--port`` of the launch_server process that is ``pid`` or its parent (which
+    server it belongs to: a scheduler's or detokenizer's title holds no flags)."""
     try:
         stat = (proc / str(pid) / "stat").read_text()
         parent = stat[stat.rindex(")") + 2:].split()[1]
-        args = (proc / parent / "cmdline").read_bytes().decode(errors="replace").split("\0")
     except (OSError, IndexError, ValueError):
         return None
-    return args[args.index("--port") + 1] if "--port" in args[:-1] else None
+    for p in (str(pid), parent):
+        try:
+            args = (proc / p / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "--port" in args[:-1]:
+            return args[args.index("--port") + 1]
+    return None
 
 
 class Sampler:
-    def __init__(self, match: str, proc: Path = Path("/proc"), clock=time.time):
-        self.match, self.proc, self.clock = match, proc, clock
+    def __init__(self, match: tuple[str, ...], proc: Path = Path("/proc"), clock=time.time):
+        self.match, self.proc, self.clock = tuple(match), proc, clock
         self.last: dict[tuple[int, int], tuple[float, int]] = {}
         self.seen: dict[int, str | None] = {}  # pid -> its server's port
 
@@ -97,11 +107,12 @@ class Sampler:
                 seen = read_thread(self.proc / str(pid) / "task" / str(tid))
                 if seen is None:
                     continue
-                name, cpu, switches = seen
+                name, cpu, switches, processor = seen
                 cpu0, switches0 = self.last.get((pid, tid), (0.0, 0))
                 self.last[(pid, tid)] = (cpu, switches)
                 if cpu > cpu0 or switches > switches0:
-                    threads["main" if tid == pid else str(tid)] = [name, round(cpu - cpu0, 3), switches - switches0]
+                    threads["main" if tid == pid else str(tid)] = [
+                        name, round(cpu - cpu0, 3), switches - switches0, processor]
             if not first:
                 lines.append({"t": round(now, 3), "pid": pid, "port": self.seen[pid], "threads": threads})
         return lines
@@ -116,7 +127,7 @@ def summarize(lines: list[dict]) -> dict:
         second = time.strftime("%H:%M:%S", time.localtime(line["t"]))
         process = f"port {line.get('port')}, pid {line['pid']}"
         cell = out[process].setdefault(second, {"main_cpu_s": 0.0, "others_cpu_s": 0.0, "busiest": {}})
-        for tid, (name, cpu, _switches) in line["threads"].items():
+        for tid, (name, cpu, *_rest) in line["threads"].items():
             if tid == "main":
                 cell["main_cpu_s"] = round(cell["main_cpu_s"] + cpu, 3)
             else:
@@ -133,7 +144,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", help="JSON lines to append to")
     p.add_argument("--every", type=float, default=0.5, help="seconds between samples")
     p.add_argument("--seconds", type=float, default=900, help="stop after this long")
-    p.add_argument("--match", default="sglang::scheduler", help="text of the processes' command line")
+    p.add_argument("--match", action="append",
+                   help="text of the processes' command line (again for more; default sglang::scheduler)")
     p.add_argument("--summarize", metavar="FILE", help="print the per-second summary of a sample file")
     a = p.parse_args(argv)
     if a.summarize:
@@ -142,7 +154,7 @@ def main(argv=None) -> None:
         return
     if not a.out:
         p.error("--out FILE (or --summarize FILE)")
-    sampler, end = Sampler(a.match), time.monotonic() + a.seconds
+    sampler, end = Sampler(tuple(a.match or ["sglang::scheduler"])), time.monotonic() + a.seconds
     with open(a.out, "a") as f:
         while time.monotonic() < end:
             for line in sampler.sample():

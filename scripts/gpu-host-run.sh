@@ -102,9 +102,10 @@
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
 #        tinyjudgelong  tinyinterjudge with 96 requests per client in 16 slices (620 s on a fresh
 #               machine: wait twice): slices of one host swing +-15%, so a 2% bar needs more of them
-#        tinyjudgethreads  tinyjudgelong with benchmark/thread_sampler.py beside it: each scheduler
-#               process's threads' CPU time every 0.5 s (threads.jsonl; --summarize it), to tell whether
-#               another thread of the process takes the pinned core in a server's slow stretches
+#        tinyjudgethreads  tinyjudgelong with benchmark/thread_sampler.py beside it: the threads of every
+#               server process and of the bench, CPU time and the CPU each ran on every 0.5 s (threads.jsonl;
+#               --summarize it): in a server's slow stretches, does another thread take its scheduler's
+#               core, or run on a CPU that may share its physical core (the VM does not show which)
 #        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
 #               pinned, c=1, 8, 64 (~4 min): what the goodput policy adds to a speculative step
 #        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
@@ -440,7 +441,8 @@ if [ "$cmd" = start ]; then
             tinyinterjudge) tinyslices gt-tiny-judge 24 1,8,64 plain,eagle3,adaptive-goodput ;;
             tinyjudgelong) tinyslices gt-tiny-judge-long 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16 ;;
             tinyjudgethreads) mkdir -p "$W/gt-tiny-judge-threads"
-                      python benchmark/thread_sampler.py --out "$W/gt-tiny-judge-threads/threads.jsonl" --seconds 900 &
+                      python benchmark/thread_sampler.py --out "$W/gt-tiny-judge-threads/threads.jsonl" --seconds 900 \
+                          --match sglang:: --match sglang.launch_server --match sglang_adaptive.bench &
                       sampler=$!
                       tinyslices gt-tiny-judge-threads 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16
                       kill "$sampler" ;;

@@ -101,11 +101,14 @@ def test_hook_cost_drives_the_hooks_of_a_speculating_server_and_restores_the_con
     assert ctl.current() is before and logging.root.manager.disable == logging.NOTSET
 
 
-def _fake_thread(proc: Path, pid: int, tid: int, name: str, ticks: tuple[int, int], switches: int) -> None:
+def _fake_thread(proc: Path, pid: int, tid: int, name: str, ticks: tuple[int, int], switches: int,
+                 processor: int = 3) -> None:
     task = proc / str(pid) / "task" / str(tid)
     task.mkdir(parents=True, exist_ok=True)
-    # Fields 3-13 (state .. cmajflt) before utime (14) and stime (15).
-    (task / "stat").write_text(f"{tid} ({name}) S 1 1 1 0 -1 4194304 0 0 0 0 {ticks[0]} {ticks[1]} 0 0 20 0\n")
+    # /proc/PID/task/TID/stat: fields 3-52 after the name; utime 14, stime 15, processor 39.
+    fields = ["S"] + ["0"] * 49
+    fields[14 - 3], fields[15 - 3], fields[39 - 3] = str(ticks[0]), str(ticks[1]), str(processor)
+    (task / "stat").write_text(f"{tid} ({name}) " + " ".join(fields) + "\n")
     (task / "status").write_text(
         f"Name:\t{name}\nvoluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t{switches}\n")
 
@@ -133,34 +136,51 @@ def test_thread_sampler_reports_each_threads_cpu_per_interval(tmp_path):
     _fake_thread(proc, 100, 101, "ZMQbg/IO (1)", (10, 0), 0)
     _fake_thread(proc, 200, 200, "python", (900, 0), 0)
     times = iter([1000.0, 1000.5, 1001.0])
-    sampler = sampler_mod.Sampler("sglang::scheduler", proc, clock=lambda: next(times))
+    sampler = sampler_mod.Sampler(("sglang::scheduler",), proc, clock=lambda: next(times))
     assert sampler.sample() == []  # the baseline
     _fake_thread(proc, os.getpid(), os.getpid(), "python", (9, 0), 3)
     _fake_thread(proc, 100, 100, "sglang::schedul", (540, 105), 9)
-    _fake_thread(proc, 100, 102, "pt_autograd_0", (3, 0), 1)
+    _fake_thread(proc, 100, 102, "pt_autograd_0", (3, 0), 1, processor=5)
     (line,) = sampler.sample()
     assert line["pid"] == 100 and line["t"] == 1000.5 and line["port"] == "30010"
-    assert line["threads"] == {"main": ["sglang::schedul", round(45 * tick, 3), 2],
-                               "102": ["pt_autograd_0", round(3 * tick, 3), 1]}  # 101 did not run
+    assert line["threads"] == {"main": ["sglang::schedul", round(45 * tick, 3), 2, 3],
+                               "102": ["pt_autograd_0", round(3 * tick, 3), 1, 5]}  # 101 did not run
     _fake_thread(proc, 100, 101, "ZMQbg/IO (1)", (30, 0), 4)
     (line,) = sampler.sample()
-    assert line["threads"] == {"101": ["ZMQbg/IO (1)", round(20 * tick, 3), 4]}
+    assert line["threads"] == {"101": ["ZMQbg/IO (1)", round(20 * tick, 3), 4, 3]}
+    # A second text matches more processes: the bench's client beside the schedulers.
+    both = sampler_mod.Sampler(("sglang::scheduler", "-m\0bench"), proc)
+    assert sampler_mod.matching_pids(both.match, proc) == [100]  # NUL-separated words are joined by spaces
+    assert sampler_mod.matching_pids(("sglang::scheduler", "-m bench"), proc) == [100, 200]
+    (proc / "90" / "stat").write_text("90 (python) S 1 1 1 0\n")
+    assert sampler_mod.server_port(90, proc) == "30010"  # launch_server itself
+    (proc / "200" / "stat").write_text("200 (python) S 1 1 1 0\n")
+    assert sampler_mod.server_port(200, proc) is None  # the bench: no --port, nor has its parent
     summary = sampler_mod.summarize(
-        [{"t": 1000.5, "pid": 100, "port": "30010", "threads": {"main": ["s", 0.4, 2], "7": ["a", 0.1, 0]}},
-         {"t": 1000.9, "pid": 100, "port": "30010", "threads": {"main": ["s", 0.3, 0], "8": ["b", 0.2, 1]}}])
+        [{"t": 1000.5, "pid": 100, "port": "30010", "threads": {"main": ["s", 0.4, 2, 3], "7": ["a", 0.1, 0, 1]}},
+         {"t": 1000.9, "pid": 100, "port": "30010", "threads": {"main": ["s", 0.3, 0, 3], "8": ["b", 0.2, 1, 2]}}])
     (cell,) = summary["port 30010, pid 100"].values()
     assert cell == {"main_cpu_s": 0.7, "others_cpu_s": 0.3, "busiest": "b"}
 
 
 def test_thread_sampler_reads_the_kernels_own_fields():
-    """The fields it reads are the kernel's utime and stime, not neighbours of them: a
-    third of a second spun on this thread shows as about that much CPU time."""
+    """The fields it reads are the kernel's utime, stime and processor, not neighbours
+    of them: a third of a second spun on this thread shows as about that much CPU time,
+    on a CPU this process may use."""
     sampler_mod = _benchmark_script("thread_sampler")
-    me = Path("/proc") / str(os.getpid()) / "task" / str(threading.get_native_id())
-    before = sampler_mod.read_thread(me)
-    stop = time.monotonic() + 0.35
-    while time.monotonic() < stop:
-        pass
-    after = sampler_mod.read_thread(me)
+    tid = threading.get_native_id()
+    me = Path("/proc") / str(os.getpid()) / "task" / str(tid)
+    allowed = os.sched_getaffinity(tid)
+    # On the highest CPU it may use: not 0, which the zeros of neighbouring fields read as.
+    os.sched_setaffinity(tid, {max(allowed)})
+    try:
+        before = sampler_mod.read_thread(me)
+        stop = time.monotonic() + 0.35
+        while time.monotonic() < stop:
+            pass
+        after = sampler_mod.read_thread(me)
+    finally:
+        os.sched_setaffinity(tid, allowed)
     assert 0.25 <= after[1] - before[1] <= 0.6
+    assert after[3] == max(allowed)
     assert sampler_mod.read_thread(me.parent / "999999999") is None
