@@ -7,7 +7,7 @@ while another server's steps in the same seconds did not
 ran then, it took the core from the scheduler's main thread; these samples show it, beside
 the decode log's timestamps.
 
-Each sample is a JSON line per matching process: its pid, its server's ``--port``, the
+Each sample is a JSON line per matching process that ran: its pid, its server's ``--port``, the
 wall time, and for every thread that ran since the last sample its name, CPU seconds,
 involuntary context switches in that interval and the CPU it last ran on (``main``: the
 thread whose id is the pid). A VM need not show which of its CPUs share a physical core:
@@ -113,7 +113,7 @@ class Sampler:
                 if cpu > cpu0 or switches > switches0:
                     threads["main" if tid == pid else str(tid)] = [
                         name, round(cpu - cpu0, 3), switches - switches0, processor]
-            if not first:
+            if not first and threads:  # an idle process (or the driving shell, whose text matches) says nothing
                 lines.append({"t": round(now, 3), "pid": pid, "port": self.seen[pid], "threads": threads})
         return lines
 

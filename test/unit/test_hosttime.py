@@ -135,7 +135,7 @@ def test_thread_sampler_reports_each_threads_cpu_per_interval(tmp_path):
     _fake_thread(proc, 100, 100, "sglang::schedul", (500, 100), 7)
     _fake_thread(proc, 100, 101, "ZMQbg/IO (1)", (10, 0), 0)
     _fake_thread(proc, 200, 200, "python", (900, 0), 0)
-    times = iter([1000.0, 1000.5, 1001.0])
+    times = iter([1000.0, 1000.5, 1000.8, 1001.0])
     sampler = sampler_mod.Sampler(("sglang::scheduler",), proc, clock=lambda: next(times))
     assert sampler.sample() == []  # the baseline
     _fake_thread(proc, os.getpid(), os.getpid(), "python", (9, 0), 3)
@@ -145,6 +145,7 @@ def test_thread_sampler_reports_each_threads_cpu_per_interval(tmp_path):
     assert line["pid"] == 100 and line["t"] == 1000.5 and line["port"] == "30010"
     assert line["threads"] == {"main": ["sglang::schedul", round(45 * tick, 3), 2, 3],
                                "102": ["pt_autograd_0", round(3 * tick, 3), 1, 5]}  # 101 did not run
+    assert sampler.sample() == []  # nothing ran
     _fake_thread(proc, 100, 101, "ZMQbg/IO (1)", (30, 0), 4)
     (line,) = sampler.sample()
     assert line["threads"] == {"101": ["ZMQbg/IO (1)", round(20 * tick, 3), 4, 3]}
