@@ -32,6 +32,12 @@ from pathlib import Path
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
+def stat_fields(stat: str) -> tuple[str, list[str]]:
+    """A /proc stat line's name and its fields from field 3 (state) on. The name sits in
+    parentheses and may hold spaces or parentheses itself."""
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
 def read_thread(task: Path) -> tuple[str, float, int, int] | None:
     """(name, CPU seconds, involuntary context switches, the CPU it last ran on) of one
     /proc/PID/task/TID, or None for a thread that ended meanwhile."""
@@ -40,9 +46,7 @@ def read_thread(task: Path) -> tuple[str, float, int, int] | None:
         status = (task / "status").read_text()
     except OSError:
         return None
-    # The name sits in parentheses and may hold spaces or parentheses itself.
-    name = stat[stat.index("(") + 1:stat.rindex(")")]
-    fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3 (state)
+    name, fields = stat_fields(stat)  # fields[0] is field 3 (state)
     cpu = (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime: fields 14 and 15
     switches = next((int(line.split()[1]) for line in status.splitlines()
                      if line.startswith("nonvoluntary_ctxt_switches")), 0)
@@ -68,8 +72,7 @@ def server_port(pid: int, proc: Path = Path("/proc")) -> str | None:
     """The ``--port`` of the launch_server process that is ``pid`` or its parent (which
     server it belongs to: a scheduler's or detokenizer's title holds no flags)."""
     try:
-        stat = (proc / str(pid) / "stat").read_text()
-        parent = stat[stat.rindex(")") + 2:].split()[1]
+        parent = stat_fields((proc / str(pid) / "stat").read_text())[1][1]  # field 4: ppid
     except (OSError, IndexError, ValueError):
         return None
     for p in (str(pid), parent):

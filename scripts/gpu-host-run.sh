@@ -229,6 +229,9 @@ if [ "$cmd" = start ]; then
             GOODPUT_RPC=$rpc sweep "$name" --pair tiny --in-len 64 --closed "$closed" --configs "$configs" \
                 --out-len 192 --out-len-min 64 --pin-cpus --interleave 8 "$@"
         }
+        judgelong() {  # step name: tinyinterjudge with 96 requests per client in 16 slices
+            tinyslices "$1" 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16
+        }
         plaincost() {  # step name, environment (VAR=value ..., or ""), bench arguments...: the keep-warm
             local name=$1 vars=$2; shift 2  # cost, always plain at c=32 and 64 (6 waves), alone on the GPU
             step "$name" env $vars python -m sglang_adaptive.bench --configs adaptive-threshold --threshold 0 \
@@ -439,12 +442,12 @@ if [ "$cmd" = start ]; then
             tinyc1quick) tinyslices gt-tiny-c1-quick 48 1 eagle3,adaptive-goodput ;;
             tinyspecgap) tinyslices gt-tiny-specgap 64 1 eagle3,adaptive-never-plain,adaptive-goodput ;;
             tinyinterjudge) tinyslices gt-tiny-judge 24 1,8,64 plain,eagle3,adaptive-goodput ;;
-            tinyjudgelong) tinyslices gt-tiny-judge-long 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16 ;;
+            tinyjudgelong) judgelong gt-tiny-judge-long ;;
             tinyjudgethreads) mkdir -p "$W/gt-tiny-judge-threads"
                       python benchmark/thread_sampler.py --out "$W/gt-tiny-judge-threads/threads.jsonl" --seconds 900 \
                           --match sglang:: --match sglang.launch_server --match sglang_adaptive.bench &
                       sampler=$!
-                      tinyslices gt-tiny-judge-threads 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16
+                      judgelong gt-tiny-judge-threads
                       kill "$sampler" ;;
             tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
             hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus

@@ -21,8 +21,9 @@ from statistics import median
 from sglang_adaptive.bench.configs import LABELS as ORDER, STATIC
 
 
-# Set on rows read from the second and later of several results files (``main``): the
-# interleaved slices of separate runs are pooled, not taken for one another.
+# The index of the results file a row was read from (``main``; rows handed over in
+# memory count as file 0): the interleaved slices of separate runs are pooled, not
+# taken for one another.
 SOURCE = "_source"
 
 
@@ -411,7 +412,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None, help="default: beside the first RESULTS")
     a = p.parse_args(argv)
     out = Path(a.out) if a.out else Path(a.results[0]).parent
-    rows = [{**row, SOURCE: i} if i else row for i, path in enumerate(a.results) for row in load_rows(path)]
+    rows = [{**row, SOURCE: i} for i, path in enumerate(a.results) for row in load_rows(path)]
     for path in write(rows, out):
         print(f"wrote {path}")
     print((out / "report.md").read_text())
