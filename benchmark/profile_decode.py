@@ -17,6 +17,7 @@ usage (GPU host, from the repo root):
   or name a benchmark configuration on the dummy 8B pair instead of server args:
   python benchmark/profile_decode.py --label eagle3 --config eagle3 --acc-len 3.5 \\
       --concurrency 64 --output-len 384 --output-len-min 128
+  (--pair tiny: on the tiny trained pair, real acceptance)
 Output: $OUT/profile-LABEL.json (and the raw trace under --trace-dir, default $OUT/trace-LABEL/).
 The summary's ``batches`` splits the profiled scheduler iterations by kind (extend or
 decode; ``-plain`` where the adaptive worker ran its plain path): host time per
@@ -146,7 +147,7 @@ def per_batch(events, kernels, top: int) -> dict:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and same(e) and (i := owner(e)) is not None:
             host[i].append(e)
     kinds = defaultdict(lambda: {"n": 0, "host": [], "gpu": [], "lag": [], "wait": [], "waits": defaultdict(float),
-                                 "frames": defaultdict(float)})
+                                 "frames": defaultdict(float), "calls": defaultdict(int)})
     for i, run in enumerate(runs):
         names = [f["name"] for f in inside[i]]
         extend = any(n.endswith(": forward_extend") for n in names)
@@ -159,6 +160,7 @@ def per_batch(events, kernels, top: int) -> dict:
         for f in inside[i]:
             if "sglang" in f["name"] and f is not run:
                 d["frames"][_frame(f["name"])] += f["dur"]
+                d["calls"][_frame(f["name"])] += 1
         launched = [k for h in host[i] for k in kernel_by_corr.get((h.get("args") or {}).get("correlation"), ())]
         d["gpu"].append(sum(k["dur"] for k in launched))
         d["lag"].append(min(k["ts"] for k in launched) - run["ts"] if launched else 0.0)
@@ -180,7 +182,11 @@ def per_batch(events, kernels, top: int) -> dict:
                    "waits_total_ms": {k: ms(v) for k, v in
                                       sorted(d["waits"].items(), key=lambda kv: -kv[1])[:top]},
                    "host_ms_per_iteration": {k: ms(v / d["n"]) for k, v in
-                                             sorted(d["frames"].items(), key=lambda kv: -kv[1])[:top]}}
+                                             sorted(d["frames"].items(), key=lambda kv: -kv[1])[:top]},
+                   # the same frames: a function one configuration calls and the other
+                   # does not shows here even where its time is small
+                   "calls_per_iteration": {k: round(d["calls"][k] / d["n"], 2) for k, _ in
+                                           sorted(d["frames"].items(), key=lambda kv: -kv[1])[:top]}}
             for kind, d in sorted(kinds.items())}
 
 
@@ -236,6 +242,9 @@ def main() -> None:
                    help="a benchmark configuration (sglang_adaptive.bench.configs) on the dummy 8B pair, "
                         "instead of server args")
     p.add_argument("--acc-len", type=float, default=2.5, help="with --config: simulated acceptance")
+    p.add_argument("--pair", choices=("dummy", "tiny"), default="dummy",
+                   help="with --config: the dummy 8B pair (simulated acceptance) or the tiny trained pair")
+    p.add_argument("--top", type=int, default=15, help="how many kernels, waits and host frames to list")
     p.add_argument("--trace-dir", default=None, help="where the raw trace goes (default $OUT/trace-LABEL)")
     p.add_argument("--warmup-s", type=float, default=6.0, help="load time before profiling")
     p.add_argument("--steps", type=int, default=40)
@@ -246,12 +255,13 @@ def main() -> None:
     a = p.parse_args()
     server_args, env = [x for x in a.server_args if x != "--"], {}
     if a.config:
-        (cfg,) = configs.server_configs(configs.dummy_pair(a.acc_len), [a.config])
+        pair = configs.tiny_pair() if a.pair == "tiny" else configs.dummy_pair(a.acc_len)
+        (cfg,) = configs.server_configs(pair, [a.config])
         server_args, env = cfg.args + server_args, cfg.env
     out = Path(os.environ.get("OUT", "/tmp"))
     trace_dir = Path(a.trace_dir) if a.trace_dir else out / f"trace-{a.label}"
     trace_dir.mkdir(parents=True, exist_ok=True)
-    reqs = make_requests(a.num, in_range=(a.input_len, a.input_len),
+    reqs = make_requests(a.num, vocab=configs.prompt_vocab(a.pair), in_range=(a.input_len, a.input_len),
                          out_range=(a.output_len_min or a.output_len, a.output_len))
     with Server(a.label, server_args, env, log_dir=out) as srv:
         done: dict = {}
@@ -282,7 +292,7 @@ def main() -> None:
                "trace": traces[-1] if traces else None,
                # the whole closed loop, profiled steps included (they run slower)
                "output_tok_per_s": round(done.get("tok_per_s", float("nan")), 1)}
-    summary.update(summarise(traces[-1]) if traces else {"error": "no trace written"})
+    summary.update(summarise(traces[-1], a.top) if traces else {"error": "no trace written"})
     (out / f"profile-{a.label}.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary), flush=True)
 

@@ -98,6 +98,13 @@
 #               answer) and goodput, interleaved at c=1, 64 requests (~4.5 min cold)
 #        tinygapsplit  tinyspecgap's split one step further, c=1, 32 requests: static EAGLE-3 and
 #               never-plain with keep-warm none and kv (~4 min cold)
+#        tinygapsplit2  never-plain's 0.1 ms split by what the server holds, c=1, 32 requests, 4 servers
+#               interleaved: static EAGLE-3, the adaptive subclass alone (adaptive-bare), the worker with its
+#               plain graphs and keep-warm but upstream's controller (adaptive-worker-only), never-plain
+#               (~6 min cold; the servers waiting their turn sleep on idle)
+#        tinyprofgap  SGLang's profiler (benchmark/profile_decode.py, 200 steps, Python frames) on static EAGLE-3
+#               and never-plain at c=1 on the tiny pair, one after the other (~5 min cold): which functions,
+#               calls or kernels make never-plain's speculative step 0.1 ms slower (traces stay under /tmp/traces)
 #        tinyinterjudge  tinyinter without --decision-log (the log's line per batch costs the goodput
 #               server host time static EAGLE-3 does not pay; ~5 min cold)
 #        tinyjudgelong  tinyinterjudge with 96 requests per client in 16 slices (620 s on a fresh
@@ -108,6 +115,10 @@
 #               core, or run on a CPU that may share its physical core (the VM does not show which)
 #        hostgoodput  the host timing of static EAGLE-3 and of goodput without and with --decision-log,
 #               pinned, c=1, 8, 64 (~4 min): what the goodput policy adds to a speculative step
+#        hostgap1  hostgoodput's host timing for static EAGLE-3 and never-plain, c=1 only, 32 requests (~4 min cold):
+#               which scheduler function holds never-plain's 0.1 ms a speculative step (tinyprofgap found
+#               run_batch's calls the same in both)
+#        hostgap1r  hostgap1 with never-plain's server first
 #        hostpinned  hosttiny's no-spec and always-plain servers with --pin-cpus: the plain step's extra host
 #               time with the placement noise out (~3 min)
 #        tinyc1  tinyspread2's c=1 alone, static EAGLE-3 and goodput, 48 requests each (~4 min cold)
@@ -231,6 +242,16 @@ if [ "$cmd" = start ]; then
         }
         judgelong() {  # step name: tinyinterjudge with 96 requests per client in 16 slices
             tinyslices "$1" 96 1,8,64 plain,eagle3,adaptive-goodput --interleave 16
+        }
+        hostgap() {  # step name, servers in run order (eagle3, never): the host timing at c=1, 32
+            # requests, pinned, one server after another, then the report of the two
+            local name=$1; shift
+            for r in "$@"; do
+                local c=$r; [ "$r" = never ] && c=adaptive-never-plain
+                ht "$name-$r" --configs "$c" --pin-cpus --closed 1 --requests-per-client 32
+            done
+            step "$name-report" python benchmark/hosttime_report.py --bucket decode-1 --json "$W/$name-report/hosttime.json" \
+                eagle3="$W/$name-eagle3/timing" never-plain="$W/$name-never/timing"
         }
         plaincost() {  # step name, environment (VAR=value ..., or ""), bench arguments...: the keep-warm
             local name=$1 vars=$2; shift 2  # cost, always plain at c=32 and 64 (6 waves), alone on the GPU
@@ -450,12 +471,20 @@ if [ "$cmd" = start ]; then
                       judgelong gt-tiny-judge-threads
                       kill "$sampler" ;;
             tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
+            tinygapsplit2) tinyslices gt-tiny-gapsplit2 32 1 eagle3,adaptive-bare,adaptive-worker-only,adaptive-never-plain ;;
+            tinyprofgap) for cfg in eagle3 adaptive-never-plain; do
+                        step "tp-$cfg" python benchmark/profile_decode.py --pair tiny --label "tiny-$cfg" --config "$cfg" \
+                            --concurrency 1 --num 96 --input-len 64 --output-len 192 --output-len-min 64 --stream \
+                            --warmup-s 6 --steps 200 --top 80 --trace-dir "/tmp/traces/tiny-$cfg"
+                      done ;;
             hostgoodput) ht hg-eagle3 --configs eagle3 --pin-cpus
                         ht hg-goodput --configs adaptive-goodput --pin-cpus
                         ht hg-goodput-log --configs adaptive-goodput --pin-cpus --decision-log
                         step hg-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \
                             --bucket decode-64 --json "$W/hg-report/hosttime.json" eagle3="$W/hg-eagle3/timing" \
                             goodput="$W/hg-goodput/timing" goodput-log="$W/hg-goodput-log/timing" ;;
+            hostgap1) hostgap hostgap1 eagle3 never ;;
+            hostgap1r) hostgap hostgap1r never eagle3 ;;
             hostpinned) ht hp-plain --configs plain --pin-cpus
                         ht hp-always-plain --configs adaptive-threshold --threshold 0 --pin-cpus
                         step hp-report python benchmark/hosttime_report.py --bucket decode-1 --bucket decode-8 \

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import logging
+import os
 from typing import Any
 
 from sglang_adaptive.policy import (
@@ -40,6 +41,23 @@ DEFAULT_POLICY = POLICY_GOODPUT
 
 class ConfigError(ValueError):
     """An invalid flag or unsupported combination; the message is one sentence."""
+
+
+# Diagnostics: what a speculative step pays for the adaptive worker apart from its controller
+# (benchmark configurations adaptive-worker-only and adaptive-bare). "worker-only"
+# builds everything but leaves the scheduler upstream's controller: every batch
+# speculates, nothing is timed or decided. "bare" builds neither the plain graphs nor
+# the keep-warm either: the subclass alone.
+DIAG_ENV = "SGLANG_ADAPTIVE_DIAG"
+DIAG_MODES = ("worker-only", "bare")
+
+
+def diag_mode() -> str:
+    """The diagnostic mode asked for in ``DIAG_ENV`` ("" for none)."""
+    mode = os.environ.get(DIAG_ENV, "")
+    if mode and mode not in DIAG_MODES:
+        _fail(f"{DIAG_ENV}={mode!r} is not one of {', '.join(DIAG_MODES)}.")
+    return mode
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -168,6 +186,7 @@ def check_combination(args: Any, config: PolicyConfig) -> None:
     """Reject what the adaptive worker cannot serve. ``args`` is the raw Namespace
     before SGLang resolves defaults, then the resolved ServerArgs after."""
     flag = f"--speculative-switch-policy {config.policy}"
+    diag_mode()
     algo = (getattr(args, "speculative_algorithm", None) or "").upper()
     if algo not in SUPPORTED_ALGORITHMS and algo != "NEXTN":
         _fail(f"{flag} needs --speculative-algorithm EAGLE or EAGLE3, got {algo or 'none'}.")

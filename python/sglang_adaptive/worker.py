@@ -28,7 +28,7 @@ import os
 import torch
 
 from sglang_adaptive import controller as ctl, decisions, keepwarm, telemetry, upstream
-from sglang_adaptive.args import get_config
+from sglang_adaptive.args import DIAG_ENV, diag_mode, get_config
 from sglang_adaptive.plain_graph import ModeState, build_plain_state, captured_batch_sizes, installed
 from sglang_adaptive.policy import make_policy
 from sglang_adaptive.upstream import sglang_symbols as up
@@ -66,7 +66,9 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             decisions=decisions.make_decision_log(tp_group.rank_in_group == 0),
             plain_grammar=os.environ.get(PLAIN_GRAMMAR_ENV, "1") != "0",
         )
-        ctl.install(self.controller)
+        self._diag = diag_mode()
+        if not self._diag:
+            ctl.install(self.controller)
         # EAGLE-3 drafts from the target's packed aux hidden states; keep the plain
         # graphs able to hand them over (draft continuity builds on it).
         self._plain_capture_mode = (
@@ -86,13 +88,16 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             logger,
             f"AdaptiveEAGLEWorker active: algorithm={server_args.speculative_algorithm}, "
             f"policy={self.controller.policy.describe()}, steps={self.speculative_num_steps}, "
-            f"topk={self.topk}, draft_tokens={self.speculative_num_draft_tokens}",
+            f"topk={self.topk}, draft_tokens={self.speculative_num_draft_tokens}"
+            + (f"; diagnostic {DIAG_ENV}={self._diag}: every batch speculates" if self._diag else ""),
         )
 
     # -- graphs ---------------------------------------------------------------
 
     def init_cuda_graphs(self):
         super().init_cuda_graphs()
+        if self._diag == "bare":
+            return
         self._plain_state, mem_gib, seconds = build_plain_state(
             self._target_worker.model_runner,
             self._plain_capture_mode,

@@ -52,6 +52,17 @@ def test_invalid_flags_stop_start_up_with_one_sentence(parse, argv, message):
     assert text.count(". ") == 0  # one sentence
 
 
+def test_diagnostic_worker_modes_are_checked_at_start_up(parse, monkeypatch):
+    argv = eagle3_argv("--speculative-disable-batch-threshold", "100000")
+    monkeypatch.setenv("SGLANG_ADAPTIVE_DIAG", "worker_only")
+    with pytest.raises(ConfigError) as err:
+        parse(argv)
+    assert str(err.value) == "sglang_adaptive: SGLANG_ADAPTIVE_DIAG='worker_only' is not one of worker-only, bare."
+    for mode in ("worker-only", "bare", ""):
+        monkeypatch.setenv("SGLANG_ADAPTIVE_DIAG", mode)
+        assert get_config(parse(argv)).policy == "threshold"
+
+
 def test_threshold_reaches_server_args_and_survives_process_copies(parse):
     server_args = parse(eagle3_argv("--speculative-disable-batch-threshold", "16"))
     expected = PolicyConfig(policy="threshold", threshold=16, alternate_period=1)

@@ -595,12 +595,15 @@ def test_each_configuration_runs_the_policy_its_label_names(parse):
     from sglang_adaptive.args import get_config
 
     expected = {"eagle3": "off", "adaptive-threshold": "threshold",
-                "adaptive-goodput": "goodput", "adaptive-never-plain": "threshold"}
+                "adaptive-goodput": "goodput", "adaptive-never-plain": "threshold",
+                "adaptive-worker-only": "threshold", "adaptive-bare": "threshold"}
     pair = configs.dummy_pair(models=TARGET.parent)  # the repo's, also for a mutant's copy
     for server in configs.server_configs(pair, labels=tuple(expected)):
         argv = [*server.args, "--device", "cpu"]
         argv[argv.index("--attention-backend") + 1] = "torch_native"
         assert get_config(parse(argv)).policy == expected[server.label], server.label
+    diag = {s.label: s.env.get("SGLANG_ADAPTIVE_DIAG") for s in configs.server_configs(pair, labels=tuple(expected))}
+    assert diag == {**dict.fromkeys(expected), "adaptive-worker-only": "worker-only", "adaptive-bare": "bare"}
 
 
 def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path, capsys):
@@ -659,6 +662,8 @@ def test_pin_cpus_pins_each_server_once_it_is_ready_and_rows_say_so(fake, tmp_pa
         def __init__(self, label, args, env, log_dir, port, skip_tokenizer_init):
             self.label, self.url = label, fake.url
             self.proc = None
+            # Alone on the GPU a server keeps SGLang's default idle loop.
+            assert "--sleep-on-idle" not in args
 
         def start(self):
             events.append(("start", self.label))
@@ -711,8 +716,10 @@ def test_interleave_serves_every_configuration_at_once_and_takes_slices_in_turn(
             self.label, self.port, self.url = label, port, f"fake://{label}"
             self.proc = type("Proc", (), {"pid": port})()
             self.memory = [args[i + 1] for i, x in enumerate(args) if x == "--mem-fraction-static"]
+            self.sleeps = args.count("--sleep-on-idle")
 
         def start(self):
+            assert self.sleeps == 1, "a server waiting its turn would poll at 100% of a core"
             events.append(("start", self.label, self.port, self.memory))
             if self.label == "adaptive-threshold":
                 raise RuntimeError("server exited")

@@ -61,5 +61,7 @@ def test_batches_split_by_kind_with_their_waits_and_gpu_time():
     assert ext["waits_total_ms"] == {"triton_backend.py:init_forward_metadata cudaMemcpyAsync": 2.0}
     assert ext["host_ms_per_iteration"] == {"triton_backend.py:forward_extend": 5.0,
                                             "triton_backend.py:init_forward_metadata": 3.0}
+    assert ext["calls_per_iteration"] == {"triton_backend.py:forward_extend": 1,
+                                          "triton_backend.py:init_forward_metadata": 1}
     dec = b["decode-plain"]
     assert dec["median_gpu_ms"] == 0.4 and dec["median_wait_ms"] == 0.0 and dec["waits_total_ms"] == {}

@@ -179,7 +179,7 @@ def pair_of(a) -> configs.Pair:
 
 
 def prompt_vocab(a) -> int:
-    return a.vocab or {"tiny": 1024, "k25": 163840}.get(a.pair, 32000)
+    return a.vocab or configs.prompt_vocab(a.pair)
 
 
 def out_range(a) -> tuple[int, int]:
@@ -362,6 +362,11 @@ class Sweep:
         args = [*cfg.args, "--speculative-cost-table-path", str(table)] if table else list(cfg.args)
         if memory is not None:
             args = [*without_flags(args, ["--mem-fraction-static"]), "--mem-fraction-static", str(memory)]
+        if self.a.interleave and "--sleep-on-idle" not in args:
+            # An idle SGLang scheduler polls at 100% of its core: the servers waiting their
+            # turn would keep the host as busy as three loaded ones (thread_sampler) while
+            # the measured one runs host-bound.
+            args.append("--sleep-on-idle")
         # Why each batch ran in its mode (--decision-log): rows count the reasons per point.
         decided = self.out / f"decisions-{name}.jsonl" if self.a.decision_log and cfg.decides_by_costs else None
         env = {**cfg.env, decisions.ENV: str(decided)} if decided else cfg.env
@@ -464,7 +469,8 @@ def main(argv=None, server_factory=Server, pinner_factory=pinning.Pinner) -> int
     loads = workloads(a)
     out = Path(a.out)
     rounds = f" x {a.rounds} rounds" if a.rounds > 1 else ""
-    rounds += f", servers up at once, points in up to {a.interleave} slices taken in turn" if a.interleave else ""
+    rounds += (f", servers up at once (each with --sleep-on-idle), points in up to {a.interleave} slices taken "
+               "in turn" if a.interleave else "")
     print(f"pair {pair.name}: {len(plan)} configurations x {len(loads)} load points{rounds} -> {out}", flush=True)
     for cfg in plan:
         print(f"  {cfg.label}: {cfg.command()}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_adaptive.args import DIAG_ENV
 from sglang_adaptive.testing import COMMON_ARGS, STATIC_ARGS, eagle3_args, without_flags
 
 REPO = Path(__file__).resolve().parents[3]
@@ -68,6 +69,12 @@ def k25_pair(acc_len: float = 2.5, tp: int = 2, models: Path = MODELS, layers: i
 def tiny_pair(path: Path = TINY_PAIR) -> Pair:
     """The project's trained 2 MB pair: real weights, real acceptance."""
     return Pair("tiny-pair", path / "target", path / "eagle3", shape="tiny-llama-tp1")
+
+
+def prompt_vocab(pair_name: str) -> int:
+    """Prompt token ids stay below this for the pair named as ``--pair`` names it:
+    the tiny pair's vocabulary holds 1024 ids, and an id past it trips a device assert."""
+    return {"tiny": 1024, "k25": 163840}.get(pair_name, 32000)
 
 
 def custom_pair(target: str, draft: str) -> Pair:
@@ -132,6 +139,12 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
         # applied, policy off) and a policy that never goes plain.
         "eagle3-without-plugin": (spec, {**pair.spec_env, "SGLANG_PLUGINS": "none"}),
         "adaptive-never-plain": (spec + ["--speculative-disable-batch-threshold", "100000"], pair.spec_env),
+        # Never-plain split further (worker.DIAG_ENV): the worker and its resources with
+        # upstream's controller, and the subclass alone.
+        "adaptive-worker-only": (spec + ["--speculative-disable-batch-threshold", "100000"],
+                                 {**pair.spec_env, DIAG_ENV: "worker-only"}),
+        "adaptive-bare": (spec + ["--speculative-disable-batch-threshold", "100000"],
+                          {**pair.spec_env, DIAG_ENV: "bare"}),
     }
     unknown = [label for label in labels if label not in table]
     if unknown:
