@@ -239,7 +239,7 @@ def main() -> None:
     p.add_argument("--output-len-min", type=int, default=None,
                    help="output lengths drawn uniformly from [this, --output-len] (default: all equal)")
     p.add_argument("--config", default=None,
-                   help="a benchmark configuration (sglang_adaptive.bench.configs) on the dummy 8B pair, "
+                   help="a benchmark configuration (sglang_adaptive.bench.configs) on --pair's models, "
                         "instead of server args")
     p.add_argument("--acc-len", type=float, default=2.5, help="with --config: simulated acceptance")
     p.add_argument("--pair", choices=("dummy", "tiny"), default="dummy",

@@ -363,9 +363,8 @@ class Sweep:
         if memory is not None:
             args = [*without_flags(args, ["--mem-fraction-static"]), "--mem-fraction-static", str(memory)]
         if self.a.interleave and "--sleep-on-idle" not in args:
-            # An idle SGLang scheduler polls at 100% of its core: the servers waiting their
-            # turn would keep the host as busy as three loaded ones (thread_sampler) while
-            # the measured one runs host-bound.
+            # An idle SGLang scheduler polls at 100% of its core (thread_sampler): each server
+            # waiting its turn would keep a core busy while the measured one runs host-bound.
             args.append("--sleep-on-idle")
         # Why each batch ran in its mode (--decision-log): rows count the reasons per point.
         decided = self.out / f"decisions-{name}.jsonl" if self.a.decision_log and cfg.decides_by_costs else None
