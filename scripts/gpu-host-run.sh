@@ -98,10 +98,11 @@
 #               answer) and goodput, interleaved at c=1, 64 requests (~4.5 min cold)
 #        tinygapsplit  tinyspecgap's split one step further, c=1, 32 requests: static EAGLE-3 and
 #               never-plain with keep-warm none and kv (~4 min cold)
-#        tinygapsplit2  never-plain's 0.1 ms split by what the server holds, c=1, 32 requests, 5 servers
-#               interleaved: static EAGLE-3 without the plugin and with its hooks, the adaptive subclass alone
-#               (adaptive-bare), the worker with its plain graphs and keep-warm but upstream's controller
-#               (adaptive-worker-only), never-plain (~7 min cold; the servers waiting their turn sleep on idle)
+#        tinygapsplit2  never-plain's 0.1 ms split by what the server holds, c=1, 32 requests, 6 servers
+#               interleaved: static EAGLE-3 without the plugin and with its hooks; with upstream's controller,
+#               the adaptive subclass alone (adaptive-bare), with its plain attention backend
+#               (adaptive-backend-only), with its plain graphs and keep-warm too (adaptive-worker-only);
+#               never-plain (~8 min cold; the servers waiting their turn sleep on idle)
 #        tinyprofgap  SGLang's profiler (benchmark/profile_decode.py, 200 steps, Python frames) on static EAGLE-3
 #               and never-plain at c=1 on the tiny pair, one after the other (~5 min cold): which functions,
 #               calls or kernels make never-plain's speculative step 0.1 ms slower (traces stay under /tmp/traces)
@@ -471,7 +472,8 @@ if [ "$cmd" = start ]; then
                       judgelong gt-tiny-judge-threads
                       kill "$sampler" ;;
             tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
-            tinygapsplit2) tinyslices gt-tiny-gapsplit2 32 1 eagle3-without-plugin,eagle3,adaptive-bare,adaptive-worker-only,adaptive-never-plain ;;
+            tinygapsplit2) tinyslices gt-tiny-gapsplit2 32 1 \
+                          eagle3-without-plugin,eagle3,adaptive-bare,adaptive-backend-only,adaptive-worker-only,adaptive-never-plain ;;
             tinyprofgap) for cfg in eagle3 adaptive-never-plain; do
                         step "tp-$cfg" python benchmark/profile_decode.py --pair tiny --label "tiny-$cfg" --config "$cfg" \
                             --concurrency 1 --num 96 --input-len 64 --output-len 192 --output-len-min 64 --stream \

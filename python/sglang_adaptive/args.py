@@ -43,13 +43,14 @@ class ConfigError(ValueError):
     """An invalid flag or unsupported combination; the message is one sentence."""
 
 
-# Diagnostics: what a speculative step pays for the adaptive worker apart from its controller
-# (benchmark configurations adaptive-worker-only and adaptive-bare). "worker-only"
-# builds everything but leaves the scheduler upstream's controller: every batch
-# speculates, nothing is timed or decided. "bare" builds neither the plain graphs nor
-# the keep-warm either: the subclass alone.
+# Diagnostics: what a speculative step pays for the adaptive worker apart from its
+# controller (benchmark configurations adaptive-worker-only, -backend-only, -bare).
+# Each leaves the scheduler upstream's controller: every batch speculates, nothing is
+# timed or decided. "worker-only" builds everything else; "backend-only" the plain
+# attention backend without its graphs or the keep-warm; "bare" none of them (the
+# subclass alone).
 DIAG_ENV = "SGLANG_ADAPTIVE_DIAG"
-DIAG_MODES = ("worker-only", "bare")
+DIAG_MODES = ("worker-only", "backend-only", "bare")
 
 
 def diag_mode() -> str:

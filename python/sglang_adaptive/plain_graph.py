@@ -86,8 +86,10 @@ def installed(model_runner, state: ModeState):
         previous.apply(model_runner)
 
 
-def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> tuple[ModeState, float, float]:
-    """Build the plain bundle; returns it with the GPU memory (GiB) and seconds it took."""
+def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id,
+                      capture: bool = True) -> tuple[ModeState, float, float]:
+    """Build the plain bundle; returns it with the GPU memory (GiB) and seconds it took.
+    ``capture=False`` leaves out the graphs, as a disabled decode graph backend does."""
     check_instance(model_runner, MODEL_RUNNER_ATTRIBUTES, "ModelRunner instance")
     tic = time.perf_counter()
     before = up.get_available_gpu_memory(device, gpu_id)
@@ -103,7 +105,7 @@ def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id) -> t
             # A new workspace: the verify backend's buffers stay bound to its graphs.
             plain.attn_backend = model_runner._get_attention_backend(init_new_workspace=True)
             model_runner.attn_backend = plain.attn_backend
-            if not up.check_cuda_graph_backend(up.Phase.DECODE, up.Backend.DISABLED):
+            if capture and not up.check_cuda_graph_backend(up.Phase.DECODE, up.Backend.DISABLED):
                 plain.graph_runner = PlainDecodeGraphRunner(
                     model_runner,
                     min_capture_hidden_mode=capture_hidden_mode,

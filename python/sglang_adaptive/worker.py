@@ -103,6 +103,7 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             self._plain_capture_mode,
             device=self.device,
             gpu_id=self.gpu_id,
+            capture=self._diag != "backend-only",
         )
         self._additional_graph_memory_usage["plain_decode"] = mem_gib
         self._additional_graph_time_usage["plain_decode"] = seconds
@@ -112,6 +113,8 @@ class AdaptiveEAGLEWorker(up.EAGLEWorkerV2):
             f"{captured_batch_sizes(self._plain_state)}, capture_hidden="
             f"{self._plain_capture_mode.name}, mem={mem_gib:.3f} GB, time={seconds:.1f} s",
         )
+        if self._diag == "backend-only":
+            return
         # EAGLE (not EAGLE-3) drafts read the target's last hidden state, which the plain
         # graphs do not keep (args.check_combination refuses an explicit strategy there).
         if self.speculative_algorithm.is_eagle3():

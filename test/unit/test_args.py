@@ -57,8 +57,9 @@ def test_diagnostic_worker_modes_are_checked_at_start_up(parse, monkeypatch):
     monkeypatch.setenv("SGLANG_ADAPTIVE_DIAG", "worker_only")
     with pytest.raises(ConfigError) as err:
         parse(argv)
-    assert str(err.value) == "sglang_adaptive: SGLANG_ADAPTIVE_DIAG='worker_only' is not one of worker-only, bare."
-    for mode in ("worker-only", "bare", ""):
+    assert str(err.value) == (
+        "sglang_adaptive: SGLANG_ADAPTIVE_DIAG='worker_only' is not one of worker-only, backend-only, bare.")
+    for mode in ("worker-only", "backend-only", "bare", ""):
         monkeypatch.setenv("SGLANG_ADAPTIVE_DIAG", mode)
         assert get_config(parse(argv)).policy == "threshold"
 

@@ -596,14 +596,16 @@ def test_each_configuration_runs_the_policy_its_label_names(parse):
 
     expected = {"eagle3": "off", "adaptive-threshold": "threshold",
                 "adaptive-goodput": "goodput", "adaptive-never-plain": "threshold",
-                "adaptive-worker-only": "threshold", "adaptive-bare": "threshold"}
+                "adaptive-worker-only": "threshold", "adaptive-backend-only": "threshold",
+                "adaptive-bare": "threshold"}
     pair = configs.dummy_pair(models=TARGET.parent)  # the repo's, also for a mutant's copy
     for server in configs.server_configs(pair, labels=tuple(expected)):
         argv = [*server.args, "--device", "cpu"]
         argv[argv.index("--attention-backend") + 1] = "torch_native"
         assert get_config(parse(argv)).policy == expected[server.label], server.label
     diag = {s.label: s.env.get("SGLANG_ADAPTIVE_DIAG") for s in configs.server_configs(pair, labels=tuple(expected))}
-    assert diag == {**dict.fromkeys(expected), "adaptive-worker-only": "worker-only", "adaptive-bare": "bare"}
+    assert diag == {**dict.fromkeys(expected), "adaptive-worker-only": "worker-only",
+                    "adaptive-backend-only": "backend-only", "adaptive-bare": "bare"}
 
 
 def test_rounds_serve_the_configurations_in_turn_on_fresh_servers(fake, tmp_path, capsys):

@@ -82,10 +82,10 @@ def build(monkeypatch):
     monkeypatch.setattr(up, "get_available_gpu_memory", memory)
     monkeypatch.setattr(up, "check_cuda_graph_backend", backend_check)
 
-    def run(runner, disabled=False):
+    def run(runner, disabled=False, capture=True):
         calls.disabled = disabled
         return plain_graph.build_plain_state(runner, up.CaptureHiddenMode.LAST,
-                                             device="cuda", gpu_id=3)
+                                             device="cuda", gpu_id=3, capture=capture)
 
     return NS(run=run, calls=calls, up=up)
 
@@ -120,11 +120,13 @@ def test_plain_state_captures_one_token_decode_graphs_on_a_new_backend(build):
     assert_runner_restored(runner, up)
 
 
-def test_plain_state_without_decode_graphs(build):
-    """With the decode CUDA graph backend disabled the plain bundle is backend-only."""
+@pytest.mark.parametrize("disabled, capture", [(True, True), (False, False)])
+def test_plain_state_without_decode_graphs(build, disabled, capture):
+    """With the decode CUDA graph backend disabled, or no capture asked for (the
+    backend-only diagnostic), the plain bundle is backend-only."""
     up = build.up
     runner = FakeTargetRunner(up.SpeculativeAlgorithm.EAGLE3)
-    state, used_gib, _ = build.run(runner, disabled=True)
+    state, used_gib, _ = build.run(runner, disabled=disabled, capture=capture)
     assert build.calls.captures == []
     assert state.graph_runner is None and state.attn_backend == "plain-backend"
     assert captured_batch_sizes(state) is None

@@ -460,8 +460,8 @@ def test_cuda_graphs_add_the_plain_set_after_upstream_ones(built, monkeypatch):
     state = ModeState("plain-backend", NS(capture_bs=[4, 1, 2]),
                       up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST)
 
-    def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id):
-        events.append(("plain", model_runner, capture_hidden_mode, device, gpu_id))
+    def build_plain_state(model_runner, capture_hidden_mode, *, device, gpu_id, capture):
+        events.append(("plain", model_runner, capture_hidden_mode, device, gpu_id, capture))
         return state, 1.25, 3.5
 
     monkeypatch.setattr(up.EAGLEWorkerV2, "init_cuda_graphs", lambda self: events.append("upstream"))
@@ -472,13 +472,35 @@ def test_cuda_graphs_add_the_plain_set_after_upstream_ones(built, monkeypatch):
     worker.init_cuda_graphs()
     # Upstream's verify and draft graphs first: the plain set gets its own backend.
     assert events == ["upstream", ("plain", worker._target_worker.model_runner,
-                                   up.CaptureHiddenMode.LAST, "cpu", 0), ("keep-warm", None, worker, [1, 2, 4])]
+                                   up.CaptureHiddenMode.LAST, "cpu", 0, True), ("keep-warm", None, worker, [1, 2, 4])]
     assert worker._plain_state is state and worker._keep_warm is kept_warm
     assert worker._additional_graph_memory_usage == {"plain_decode": 1.25}
     assert worker._additional_graph_time_usage == {"plain_decode": 3.5}
     assert built.logs[-2:] == ["AdaptiveEAGLE plain DECODE set built: batch sizes [1, 2, 4], "
                                "capture_hidden=LAST, mem=1.250 GB, time=3.5 s",
                                "AdaptiveEAGLE draft keep-warm: full, stash=0.0 MiB, eager"]
+
+
+@pytest.mark.parametrize("mode, built_plain, kept_warm", [
+    ("worker-only", [True], "full"), ("backend-only", [False], "none"), ("bare", [], "none")])
+def test_diagnostic_modes_leave_upstreams_controller_and_build_less(built, monkeypatch, mode, built_plain,
+                                                                    kept_warm):
+    """SGLANG_ADAPTIVE_DIAG: every batch speculates (the scheduler asks upstream's
+    controller) while the worker holds all, some or none of its plain-mode resources."""
+    import sglang_adaptive.worker as worker_mod
+
+    monkeypatch.setenv("SGLANG_ADAPTIVE_DIAG", mode)
+    worker = built.build("--speculative-disable-batch-threshold", "100000")
+    assert not ctl.current().active and ctl.current() is not worker.controller
+    assert built.logs[-1].endswith(f"; diagnostic SGLANG_ADAPTIVE_DIAG={mode}: every batch speculates")
+    captures = []
+    monkeypatch.setattr(up.EAGLEWorkerV2, "init_cuda_graphs", lambda self: None)
+    monkeypatch.setattr(worker_mod, "build_plain_state", lambda *a, capture, **k: captures.append(capture) or (
+        ModeState("plain-backend", None, up.SpeculativeAlgorithm.NONE, up.CaptureHiddenMode.LAST), 0.0, 0.0))
+    monkeypatch.setattr(keepwarm, "make_keep_warm", lambda *a: keepwarm.FullKeepWarm(None))
+    worker.init_cuda_graphs()
+    assert captures == built_plain and worker._keep_warm.name == kept_warm
+    assert (worker._plain_state is not None) == bool(built_plain)
 
 
 def test_an_eagle_server_keeps_no_draft_warm(built, monkeypatch):

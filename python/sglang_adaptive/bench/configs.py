@@ -139,10 +139,12 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
         # applied, policy off) and a policy that never goes plain.
         "eagle3-without-plugin": (spec, {**pair.spec_env, "SGLANG_PLUGINS": "none"}),
         "adaptive-never-plain": (spec + ["--speculative-disable-batch-threshold", "100000"], pair.spec_env),
-        # Never-plain split further (args.DIAG_ENV): the worker and its resources with
-        # upstream's controller, and the subclass alone.
+        # Never-plain split further (args.DIAG_ENV): with upstream's controller, the worker
+        # and all its resources, its plain attention backend only, and the subclass alone.
         "adaptive-worker-only": (spec + ["--speculative-disable-batch-threshold", "100000"],
                                  {**pair.spec_env, DIAG_ENV: "worker-only"}),
+        "adaptive-backend-only": (spec + ["--speculative-disable-batch-threshold", "100000"],
+                                  {**pair.spec_env, DIAG_ENV: "backend-only"}),
         "adaptive-bare": (spec + ["--speculative-disable-batch-threshold", "100000"],
                           {**pair.spec_env, DIAG_ENV: "bare"}),
     }
