@@ -176,17 +176,16 @@ def per_batch(events, kernels, top: int) -> dict:
             d["waits"][f"{where} {h['name']}"] += h["dur"]
         d["wait"].append(waited)
     ms = lambda us: round(us / 1e3, 3)  # noqa: E731
+    ranked = {kind: sorted(d["frames"], key=lambda k: -d["frames"][k])[:top] for kind, d in kinds.items()}
     return {kind: {"iterations": d["n"], "median_host_ms": ms(_median(d["host"])),
                    "median_gpu_ms": ms(_median(d["gpu"])), "median_gpu_lag_ms": ms(_median(d["lag"])),
                    "median_wait_ms": ms(_median(d["wait"])),
                    "waits_total_ms": {k: ms(v) for k, v in
                                       sorted(d["waits"].items(), key=lambda kv: -kv[1])[:top]},
-                   "host_ms_per_iteration": {k: ms(v / d["n"]) for k, v in
-                                             sorted(d["frames"].items(), key=lambda kv: -kv[1])[:top]},
+                   "host_ms_per_iteration": {k: ms(d["frames"][k] / d["n"]) for k in ranked[kind]},
                    # the same frames: a function one configuration calls and the other
                    # does not shows here even where its time is small
-                   "calls_per_iteration": {k: round(d["calls"][k] / d["n"], 2) for k, _ in
-                                           sorted(d["frames"].items(), key=lambda kv: -kv[1])[:top]}}
+                   "calls_per_iteration": {k: round(d["calls"][k] / d["n"], 2) for k in ranked[kind]}}
             for kind, d in sorted(kinds.items())}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sglang_adaptive.args import DIAG_ENV
+from sglang_adaptive.args import DIAG_ENV, DIAG_MODES
 from sglang_adaptive.testing import COMMON_ARGS, STATIC_ARGS, eagle3_args, without_flags
 
 REPO = Path(__file__).resolve().parents[3]
@@ -126,6 +126,7 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
     if grammar:
         base = without_flags(base, ["--grammar-backend"]) + list(GRAMMAR_ARGS)
     spec = base + eagle3_args(pair.draft, steps)
+    never_plain = spec + ["--speculative-disable-batch-threshold", "100000"]
     table = {
         "plain": (base, {}),
         "eagle3": (spec + list(STATIC_ARGS), pair.spec_env),
@@ -138,15 +139,10 @@ def server_configs(pair: Pair, labels=LABELS, *, threshold: int = 16, steps: int
         # plugin loading pointed elsewhere (no hooks at all), against "eagle3" (hooks
         # applied, policy off) and a policy that never goes plain.
         "eagle3-without-plugin": (spec, {**pair.spec_env, "SGLANG_PLUGINS": "none"}),
-        "adaptive-never-plain": (spec + ["--speculative-disable-batch-threshold", "100000"], pair.spec_env),
-        # Never-plain split further (args.DIAG_ENV): with upstream's controller, the worker
-        # and all its resources, its plain attention backend only, and the subclass alone.
-        "adaptive-worker-only": (spec + ["--speculative-disable-batch-threshold", "100000"],
-                                 {**pair.spec_env, DIAG_ENV: "worker-only"}),
-        "adaptive-backend-only": (spec + ["--speculative-disable-batch-threshold", "100000"],
-                                  {**pair.spec_env, DIAG_ENV: "backend-only"}),
-        "adaptive-bare": (spec + ["--speculative-disable-batch-threshold", "100000"],
-                          {**pair.spec_env, DIAG_ENV: "bare"}),
+        "adaptive-never-plain": (never_plain, pair.spec_env),
+        # Never-plain split further (args.DIAG_MODES), each with upstream's controller: the
+        # worker and all its resources, its plain attention backend only, the subclass alone.
+        **{f"adaptive-{mode}": (never_plain, {**pair.spec_env, DIAG_ENV: mode}) for mode in DIAG_MODES},
     }
     unknown = [label for label in labels if label not in table]
     if unknown:
