@@ -103,6 +103,8 @@
 #               the adaptive subclass alone (adaptive-bare), with its plain attention backend
 #               (adaptive-backend-only), with its plain graphs and keep-warm too (adaptive-worker-only);
 #               never-plain (~8 min cold; the servers waiting their turn sleep on idle)
+#        tinygapsplit3  tinygapsplit2's deciding three (static EAGLE-3, adaptive-bare, adaptive-worker-only)
+#               with 96 requests in 16 slices (~5 min cold): what fits a short lease
 #        tinyprofgap  SGLang's profiler (benchmark/profile_decode.py, 200 steps, Python frames) on static EAGLE-3
 #               and never-plain at c=1 on the tiny pair, one after the other (~5 min cold): which functions,
 #               calls or kernels make never-plain's speculative step 0.1 ms slower (traces stay under /tmp/traces)
@@ -474,6 +476,8 @@ if [ "$cmd" = start ]; then
             tinygapsplit) tinyslices gt-tiny-gapsplit 32 1 eagle3,adaptive-never-plain --keep-warm none,kv ;;
             tinygapsplit2) tinyslices gt-tiny-gapsplit2 32 1 \
                           eagle3-without-plugin,eagle3,adaptive-bare,adaptive-backend-only,adaptive-worker-only,adaptive-never-plain ;;
+            tinygapsplit3) tinyslices gt-tiny-gapsplit3 96 1 eagle3,adaptive-bare,adaptive-worker-only \
+                          --interleave 16 ;;
             tinyprofgap) for cfg in eagle3 adaptive-never-plain; do
                         step "tp-$cfg" python benchmark/profile_decode.py --pair tiny --label "tiny-$cfg" --config "$cfg" \
                             --concurrency 1 --num 96 --input-len 64 --output-len 192 --output-len-min 64 --stream \
