@@ -12,8 +12,13 @@ skipped verify leaves the answer's estimate unchanged). The loop is the one of
 An H100 host's core ran ``controller_cost.py --waits`` 1.6x slower than this desktop's
 (17.8 against 11.4 us); the figures rank parts.
 
+``--evict-mb N`` copies an N MB buffer before each timed batch and times the batches
+alone: in a server the scheduler's own work runs between two batches, so this
+package's code meets its caches cold. Session 44, this desktop, mean us a batch
+(goodput / never-plain): 17.1 / 8.1 with 2 MB, 23.1 / 11.7 with 8 MB.
+
 usage: PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python benchmark/hook_cost.py [--steps 15000]
-       [--repeat 5] [--json OUT]   (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
+       [--repeat 5] [--evict-mb N] [--json OUT]   (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
 """
 
 from __future__ import annotations
@@ -68,9 +73,10 @@ def _noop(*args, **kwargs):
     return None
 
 
-def run(policy, patch=None, steps: int = 15000, seed: int = 0):
+def run(policy, patch=None, steps: int = 15000, seed: int = 0, evict_mb: int = 0):
     """Microseconds per decode batch after 3,000 batches of warm-up (``patch(controller)``
-    applied between), and the controller."""
+    applied between), and the controller. ``evict_mb``: a buffer of that size copied
+    before each timed batch, outside its time."""
     now = [0.0]
     controller = ctl.AdaptiveModeController(policy, spec_width=4, log_interval=10, clock=lambda: now[0])
     previous = ctl.current()
@@ -106,6 +112,14 @@ def run(policy, patch=None, steps: int = 15000, seed: int = 0):
             step()
         if patch is not None:
             patch(controller)
+        if evict_mb:
+            buffer, total = bytearray(evict_mb << 20), 0
+            for _ in range(steps):
+                bytes(buffer)
+                tic = time.perf_counter_ns()
+                step()
+                total += time.perf_counter_ns() - tic
+            return total / steps / 1000.0, controller
         tic = time.perf_counter_ns()
         for _ in range(steps):
             step()
@@ -128,19 +142,20 @@ PARTS = {
 }
 
 
-def measure(steps: int = 15000, repeat: int = 5, parts: bool = True) -> dict:
+def measure(steps: int = 15000, repeat: int = 5, parts: bool = True, evict_mb: int = 0) -> dict:
     """Best of ``repeat`` runs, in microseconds per batch, and each run's speculative share."""
     def best(policy, patch=None):
         times, shares = [], []
         for _ in range(repeat):
-            us, c = run(policy(), patch, steps)
+            us, c = run(policy(), patch, steps, evict_mb=evict_mb)
             times.append(us)
             shares.append(c.stats.spec_batches / (c.stats.spec_batches + c.stats.plain_batches))
         return min(times), min(shares)
 
     goodput, goodput_share = best(lambda: GoodputPolicy(3))
     never_plain, never_plain_share = best(lambda: ThresholdPolicy(100000))
-    out = {"steps": steps, "repeat": repeat, "us_per_batch": {"goodput": goodput, "never-plain": never_plain},
+    out = {"steps": steps, "repeat": repeat, "evict_mb": evict_mb,
+           "us_per_batch": {"goodput": goodput, "never-plain": never_plain},
            "spec_share": {"goodput": goodput_share, "never-plain": never_plain_share}, "goodput_without": {}}
     if parts:
         for name, patch in PARTS.items():
@@ -152,9 +167,11 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=15000)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--evict-mb", type=int, default=0,
+                   help="copy a buffer of this many MB before each timed batch (caches cold)")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args(argv)
-    out = measure(args.steps, args.repeat)
+    out = measure(args.steps, args.repeat, evict_mb=args.evict_mb)
     for name, us in out["us_per_batch"].items():
         print(f"{name:14s} {us:6.2f} us a batch ({out['spec_share'][name]:.1%} of the batches speculative, "
               f"the warm-up's included)")

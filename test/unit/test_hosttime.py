@@ -101,6 +101,24 @@ def test_hook_cost_drives_the_hooks_of_a_speculating_server_and_restores_the_con
     assert ctl.current() is before and logging.root.manager.disable == logging.NOTSET
 
 
+def test_hook_cost_evicts_before_each_timed_batch_only(monkeypatch):
+    """--evict-mb copies its buffer once before every timed batch, outside the time."""
+    hook_cost = _benchmark_script("hook_cost")
+    copies = []
+    real_bytes = bytes
+
+    def counting_bytes(x=b""):
+        if isinstance(x, bytearray) and len(x) == 1 << 20:
+            copies.append(len(x))
+        return real_bytes(x)
+
+    monkeypatch.setattr(hook_cost, "bytes", counting_bytes, raising=False)  # a global shadows the builtin
+    out = hook_cost.measure(steps=40, repeat=1, parts=False, evict_mb=1)
+    assert len(copies) == 2 * 40  # goodput and never-plain, 40 timed batches each
+    assert out["evict_mb"] == 1 and out["spec_share"]["never-plain"] == 1.0
+    assert all(us > 0 for us in out["us_per_batch"].values())
+
+
 def _fake_thread(proc: Path, pid: int, tid: int, name: str, ticks: tuple[int, int], switches: int,
                  processor: int = 3) -> None:
     task = proc / str(pid) / "task" / str(tid)
