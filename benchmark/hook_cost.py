@@ -15,7 +15,10 @@ An H100 host's core ran ``controller_cost.py --waits`` 1.6x slower than this des
 ``--evict-mb N`` copies an N MB buffer before each timed batch and times the batches
 alone: in a server the scheduler's own work runs between two batches, so this
 package's code meets its caches cold. Session 44, this desktop, mean us a batch
-(goodput / never-plain): 17.1 / 8.1 with 2 MB, 23.1 / 11.7 with 8 MB.
+(goodput / never-plain): 17.1 / 8.1 with 2 MB, 23.1 / 11.7 with 8 MB. Session 45, goodput
+holding its answers to stay (``GoodputPolicy._hold_for``) against the commit before, medians
+of 7 alternating runs: 14.1 against 16.3 us warm (never-plain 5.2); with eviction the two
+were within this desktop's noise (2 MB 20.6 / 21.0, 8 MB 38.9 / 37.1).
 
 usage: PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python benchmark/hook_cost.py [--steps 15000]
        [--repeat 5] [--evict-mb N] [--json OUT]   (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)

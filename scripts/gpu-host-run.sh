@@ -105,6 +105,10 @@
 #               never-plain (~8 min cold; the servers waiting their turn sleep on idle)
 #        tinygapsplit3  tinygapsplit2's deciding three (static EAGLE-3, adaptive-bare, adaptive-worker-only)
 #               with 96 requests in 16 slices (~5 min cold): what fits a short lease
+#        tinygapgoodput  static EAGLE-3, never-plain and goodput at c=1, 96 requests in 16 slices (~5 min cold):
+#               is goodput's c=1 gap its own per-batch work, measured in one run
+#        tinyc1goodput  static EAGLE-3 and goodput alone at c=1, 96 requests in 16 slices (~4 min cold): the
+#               tiny pair's c=1 bar in the least device time
 #        tinyprofgap  SGLang's profiler (benchmark/profile_decode.py, 200 steps, Python frames) on static EAGLE-3
 #               and never-plain at c=1 on the tiny pair, one after the other (~5 min cold): which functions,
 #               calls or kernels make never-plain's speculative step 0.1 ms slower (traces stay under /tmp/traces)
@@ -478,6 +482,9 @@ if [ "$cmd" = start ]; then
                           eagle3-without-plugin,eagle3,adaptive-bare,adaptive-backend-only,adaptive-worker-only,adaptive-never-plain ;;
             tinygapsplit3) tinyslices gt-tiny-gapsplit3 96 1 eagle3,adaptive-bare,adaptive-worker-only \
                           --interleave 16 ;;
+            tinygapgoodput) tinyslices gt-tiny-gapgoodput 96 1 eagle3,adaptive-never-plain,adaptive-goodput \
+                          --interleave 16 ;;
+            tinyc1goodput) tinyslices gt-tiny-c1goodput 96 1 eagle3,adaptive-goodput --interleave 16 ;;
             tinyprofgap) for cfg in eagle3 adaptive-never-plain; do
                         step "tp-$cfg" python benchmark/profile_decode.py --pair tiny --label "tiny-$cfg" --config "$cfg" \
                             --concurrency 1 --num 96 --input-len 64 --output-len 192 --output-len-min 64 --stream \

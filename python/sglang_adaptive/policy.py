@@ -165,14 +165,19 @@ class AcceptanceEstimator:
     # The spread of a step's mean tokens per request assumed before any is seen
     # (variance, tokens^2), weighted as one step.
     PRIOR_STEP_VAR = 0.25
+    MAX_PENDING = 64
 
     def __init__(self, num_steps: int, half_life: float = 64.0, prior_rate: float = 0.5):
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {num_steps}")
         self.k, self.half_life = num_steps, half_life
         # One pseudo-request at prior_rate per position: defined before any verify.
-        self.reached = [1.0] * num_steps
-        self.accepted = [prior_rate] * num_steps
+        self._reached = [1.0] * num_steps
+        self._accepted = [prior_rate] * num_steps
+        # Verifies not yet folded in, (counts, step) in order: folded when read, so a
+        # policy holding its answer (GoodputPolicy._hold_for) folds a hold's verifies in
+        # one warm pass instead of one per batch in the scheduler's cold loop.
+        self._pending: list[tuple[list[int], int]] = []
         self._aged_at = 0
         # Per step (not per request): the requests of one batch are not independent
         # samples (same positions, same content; upstream's simulated acceptance gives
@@ -185,9 +190,19 @@ class AcceptanceEstimator:
         self._error: float | None = None
 
     def update(self, num_correct: list[int], step: int) -> None:
-        if not num_correct:
-            return
-        self._expected = self._error = None
+        if num_correct:
+            # A copy: the caller's list is upstream's, and is read here only later.
+            self._pending.append((list(num_correct), step))
+            self._expected = self._error = None
+            if len(self._pending) >= self.MAX_PENDING:  # bounded whoever reads
+                self._fold()
+
+    def _fold(self) -> None:
+        pending, self._pending = self._pending, []
+        for num_correct, step in pending:
+            self._fold_one(num_correct, step)
+
+    def _fold_one(self, num_correct: list[int], step: int) -> None:
         factor = 0.5 ** ((step - self._aged_at) / self.half_life)
         self._aged_at = step
         mean = 1.0 + sum(num_correct) / len(num_correct)
@@ -204,8 +219,22 @@ class AcceptanceEstimator:
         for i in range(self.k):
             reached = at_least
             at_least -= num_correct.count(i)
-            self.reached[i] = self.reached[i] * factor + reached * weight
-            self.accepted[i] = self.accepted[i] * factor + at_least * weight
+            self._reached[i] = self._reached[i] * factor + reached * weight
+            self._accepted[i] = self._accepted[i] * factor + at_least * weight
+
+    @property
+    def reached(self) -> list[float]:
+        """Decayed requests that reached each draft position."""
+        if self._pending:
+            self._fold()
+        return self._reached
+
+    @property
+    def accepted(self) -> list[float]:
+        """Decayed requests whose draft at each position was accepted."""
+        if self._pending:
+            self._fold()
+        return self._accepted
 
     def rates(self) -> list[float]:
         return [a / r for a, r in zip(self.accepted, self.reached)]
@@ -219,6 +248,28 @@ class AcceptanceEstimator:
             self._expected = total
         return self._expected
 
+    @property
+    def aged_at(self) -> int:
+        """The step the evidence was last aged to (its last verify's)."""
+        if self._pending:
+            self._fold()
+        return self._aged_at
+
+    def expected_after_misses(self, misses: int, aged_by: int) -> float:
+        """``expected_tokens`` at its lowest after ``misses`` more verifies, each with no
+        draft accepted, while the evidence so far ages by ``aged_by`` steps: each miss
+        reaches position 0 only, so only its rate moves, and by the most where the misses
+        came last (their weight the least aged)."""
+        expected = self.expected_tokens()
+        if misses <= 0 or expected <= 1.0:
+            return expected
+        reached, accepted = self.reached[0], self.accepted[0]
+        aged = 0.5 ** (max(aged_by, 0) / self.half_life)
+        step = 0.5 ** (1.0 / self.half_life)
+        fresh = (1.0 - step ** misses) / (1.0 - step)  # the misses' weights, the last 1
+        rate = accepted * aged / (reached * aged + fresh)
+        return 1.0 + (expected - 1.0) * rate * reached / accepted
+
     def standard_error(self) -> float:
         """Of ``expected_tokens``, from the spread of the step means and the
         (decayed) number of steps: infinite before any verify."""
@@ -227,6 +278,8 @@ class AcceptanceEstimator:
         return self._error
 
     def _standard_error(self) -> float:
+        if self._pending:
+            self._fold()
         if self._steps == 0.0:
             return math.inf
         spread = max(0.0, self._sum_sq - self._sum * self._sum / self._steps)
@@ -301,6 +354,11 @@ class Prediction:
     @property
     def best(self) -> float:
         return self._rate(self._acceptance.k + 1.0)
+
+
+# A speculating policy's answer to stay (GoodputPolicy), and how its launches count.
+_STAY = (True, "goodput")
+_STAY_KEY = (True, "goodput")
 
 
 class GoodputPolicy(ModePolicy):
@@ -383,7 +441,10 @@ class GoodputPolicy(ModePolicy):
     - leaving the current mode needs a ``hysteresis`` advantage, so two modes that
       predict alike do not flap; leaving plain also needs it with the acceptance
       estimate less one standard error, counted in speculative steps (a probe or two
-      while plain), so one lucky probe does not start speculation.
+      while plain), so one lucky probe does not start speculation;
+    - while speculating, an answer to stay holds for up to ``HOLD_MAX`` launches at its
+      batch size where no verify meanwhile could change it (``_hold_for``), instead of
+      being worked out again at every batch.
     """
 
     name = POLICY_GOODPUT
@@ -406,6 +467,9 @@ class GoodputPolicy(ModePolicy):
     # is filed only between back-to-back steps of one mode with none right after, about
     # one an exploration at batch 64 on the tiny pair, and MIN_SAMPLES make a price.
     PRICE_EXPLORATIONS = 2 * costs.MIN_SAMPLES
+    # The most launches one answer to stay with speculation holds for (_hold_for): a
+    # half-life's worth; the table's share every 32 decode batches ends a hold sooner.
+    HOLD_MAX = 64
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
                  hysteresis: float = 0.05, half_life: float = 64.0):
@@ -443,6 +507,13 @@ class GoodputPolicy(ModePolicy):
         # decision log says batch by batch, counted at no cost worth measuring, so runs
         # that judge throughput still tell why a server ran plain.
         self._reasons: dict[tuple[bool, str], int] = {}
+        # An answer to stay with speculation held without working it out again
+        # (_hold_for): launches left, its batch size and the context it covers; and the
+        # hold the last full answer offers, (size, lowest, highest context, launches),
+        # taken up when its batch launches as answered.
+        self._hold_left = self._hold_size = self._hold_low = self._hold_high = self._hold_verifies = 0
+        self._offer: tuple[int, int, int, int] | None = None
+        self._answer_tokens = self.acceptance.expected_tokens()  # E at the last full answer
         self.set_costs({})  # self.costs and what derives from it: no step time yet
 
     def set_costs(self, table: dict) -> None:
@@ -453,6 +524,7 @@ class GoodputPolicy(ModePolicy):
         # Per table, not per answer: the stale checks run at every speculative step.
         self._slower = {mode: self._slower_than_larger(self.costs[mode]) for mode in (costs.PLAIN, costs.SPEC)}
         self._answers.clear()
+        self._hold_left, self._offer = 0, None  # held on the old table's times
 
     @property
     def costs(self) -> dict:
@@ -479,11 +551,19 @@ class GoodputPolicy(ModePolicy):
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         self.acceptance.update(num_correct_drafts_per_req, self._launched)
         self._answers.clear()
+        if self._hold_left:
+            self._hold_verifies -= 1
+            if self._hold_verifies < 0:  # more than the hold allowed for (_hold_for)
+                self._hold_left = 0
 
     def on_prefills(self, batches: int, speculative: bool, batch_size: int) -> None:
-        tokens = batch_size * (self.acceptance.expected_tokens() if speculative else 1.0)
+        # The estimate as of the last full answer: reading it afresh would fold every
+        # verify as it comes (AcceptanceEstimator._pending).
+        tokens = batch_size * (self._answer_tokens if speculative else 1.0)
         self.prefills.update(batches, tokens)
         self._answers.clear()
+        if batches:  # the prefill rate moved, and the batch may hold new requests
+            self._hold_left = 0
 
     def _prefill_time(self, batch_size: int, tokens: float, speculative: bool, t_own: float,
                       t_other: float, derive: bool = True) -> float:
@@ -542,6 +622,15 @@ class GoodputPolicy(ModePolicy):
         return speculative if (low_spec > low_plain) != (spec > plain) else None
 
     def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
+        if self._hold_left:
+            if speculative and self._held(batch_size, context):
+                # What the generic path below would do for a stay launch, all of it
+                # already done by the launch that took the hold up.
+                self._hold_left -= 1
+                self._reasons[_STAY_KEY] += 1
+                self._launched += 1
+                return
+            self._hold_left = 0
         # The scheduler asked speculate(batch_size, context) for this batch just before,
         # with the same state: _decide tells why it answered as it did.
         decided, why = self._decide(batch_size, context)
@@ -549,6 +638,10 @@ class GoodputPolicy(ModePolicy):
         self._reasons[key] = self._reasons.get(key, 0) + 1
         self._answers.clear()
         self._launched += 1
+        offer, self._offer = self._offer, None
+        if offer is not None and speculative and decided and why == "goodput" and offer[0] == batch_size:
+            self._hold_size, self._hold_low, self._hold_high, self._hold_left = offer
+            self._hold_verifies = self._hold_left
         continuing, self._may_extend = self._may_extend, False
         if why == "refresh" and speculative == decided:
             self._refresh_step(batch_size, speculative, continuing)
@@ -670,7 +763,12 @@ class GoodputPolicy(ModePolicy):
                 self._near(costs.PLAIN, batch_size) and costs.bucket(batch_size) * self.REACH >= min(plain))
         return measured
 
+    def _held(self, batch_size: int, context: int) -> bool:
+        return batch_size == self._hold_size and self._hold_low <= context <= self._hold_high
+
     def _decide(self, batch_size: int, context: int = 0) -> tuple[bool, str]:
+        if self._hold_left and self._held(batch_size, context):
+            return _STAY
         answer = self._answers.get((batch_size, context))
         if answer is None:
             answer = self._answers[batch_size, context] = self._answer(batch_size, context)
@@ -696,6 +794,8 @@ class GoodputPolicy(ModePolicy):
         return b not in self._steady_plain and b in self._slower[costs.PLAIN]
 
     def _answer(self, batch_size: int, context: int) -> tuple[bool, str]:
+        self._answer_tokens = self.acceptance.expected_tokens()
+        self._offer = None
         if self._refresh_left:
             return self._refresh_spec, "refresh"
         if self._explore_left:
@@ -717,7 +817,10 @@ class GoodputPolicy(ModePolicy):
         if self._speculating:  # speculating: stay unless plain is clearly better
             if spec >= plain * (1 - self.hysteresis):
                 # Staying rests on the plain time: measure it again if it looks stale.
-                return (False, "refresh") if self._stale_plain(batch_size) else (True, "goodput")
+                if self._stale_plain(batch_size):
+                    return False, "refresh"
+                self._offer = self._hold_for(batch_size, context, spec / (plain * (1 - self.hysteresis)))
+                return _STAY
             return False, "goodput"
         # Leaving plain needs the estimate less one standard error to pay: a lucky
         # probe alone (upstream's simulated acceptance 1.3 gives a whole batch 2
@@ -763,6 +866,46 @@ class GoodputPolicy(ModePolicy):
             close = spec >= plain * (1 - self.hysteresis)
             return True, "refresh" if close or check or stale else "probe"
         return False, "goodput"
+
+    def _hold_for(self, batch_size: int, context: int, margin: float) -> tuple[int, int, int, int] | None:
+        """The hold an answer to stay with speculation at ``batch_size`` and ``context``
+        offers (``margin``: its speculative rate over the least that stays), or None.
+
+        Working out each answer was most of what the policy added to a speculative
+        batch (``benchmark/hook_cost.py``: 14.5 us a batch against 5.3 for a policy that
+        never goes plain; 11.7 with holds), on servers whose host sets the pace. A hold
+        of n launches is offered only where staying would be the answer at each of them
+        whatever the verifies bring, so it changes no call: the n-th held launch's
+        answer has seen at most n more verifies (with the overlap scheduler, those of
+        the batch in flight at this answer and of the held ones before it; one more
+        ends the hold), and the estimate is at its lowest where none of them accepted a
+        draft (``expected_after_misses``); the batch's context has grown by at most
+        k + 1 tokens a request with each, and the ratio of the two predictions moves one
+        way with it, so the two ends of that range bound it. A new table, another batch
+        size, a context outside the range or a prefill (its rate moved, and a new
+        request may have joined) ends a hold; between prefills the rate moves slowly
+        (half-life 256 steps) and is read as at the answer. None where one mode's
+        prefill price is derived from the other's (``_unpriced`` then rests on the
+        estimate, and the derived price on the context).
+        """
+        plain_price, spec_price = self._plan(batch_size)[4]
+        if (plain_price is None) != (spec_price is None):
+            return None
+        a = self.acceptance
+        expected, lag = a.expected_tokens(), self._launched - a.aged_at
+        growth = batch_size * (a.k + 1)
+        n = self.HOLD_MAX
+        while n:
+            tokens = a.expected_after_misses(n, lag + n)
+            # At this context the rate falls at most in proportion to the tokens (the
+            # prefills' share falls with them): a bound checked first, without a lookup.
+            if tokens * margin >= expected:
+                high = context + n * growth
+                _, _, plain, spec = self._rates(batch_size, high, tokens)
+                if spec >= plain * (1 - self.hysteresis):
+                    return batch_size, context, high, n
+            n //= 2
+        return None
 
     def _predict(self, batch_size: int, context: int = 0, derive: bool = True) -> Prediction:
         """Output tokens per second and request, with both modes' step times measured

@@ -43,6 +43,7 @@ def put(policy: GoodputPolicy, **state) -> None:
     for name, value in state.items():
         setattr(policy, name, value)
     policy._answers.clear()
+    policy._hold_left, policy._offer = 0, None
 
 
 def serve(policy: GoodputPolicy, batch: int, steps: int, accepted: int) -> int:
@@ -543,6 +544,102 @@ def test_answers_follow_every_verify_and_every_new_table():
     assert p.speculate(8) is True
     p.set_costs(table(plain={8: 2.8}, spec={8: 28.0}))  # speculation ten times dearer
     assert p.speculate(8) is False
+
+
+def twins(plain_ms: float, spec_ms: float, spec_per_1k: float) -> tuple[GoodputPolicy, GoodputPolicy]:
+    """A goodput policy, and its twin that works out every answer (no hold), on one
+    table at batch 1: ``spec_per_1k`` ms more a speculative step per 1,000 tokens of
+    context, plain's flat."""
+    tab = {**table(plain={1: plain_ms}, spec={1: spec_ms}),
+           costs.PER_TOKEN: {costs.PLAIN: 0.0, costs.SPEC: spec_per_1k / 1e6}}
+    holder, every = GoodputPolicy(K), GoodputPolicy(K)
+    every.HOLD_MAX = 0
+    for p in (holder, every):
+        p.set_costs(tab)
+    return holder, every
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_held_answer_is_the_answer_worked_out_afresh_whatever_the_verifies_bring(overlap):
+    """A hold makes exactly the calls of a policy that works out every batch: the
+    acceptance falling to nothing at any launch, the context growing as fast as the
+    tokens allow or jumping with a new request (its prefill counted after the batch,
+    as the controller does), the table shared again. Verifies come one batch late
+    under the overlap scheduler, at once without it."""
+    held = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        holder, every = twins(1.5, rng.uniform(2.8, 4.6), rng.uniform(0.1, 0.6))
+        context, in_flight, misses_until = 64, None, 0
+        for step in range(500):
+            answer = holder._decide(1, context)
+            held += holder._hold_left > 0 and answer == (True, "goodput")
+            assert answer == every._decide(1, context), (seed, step, context)
+            if rng.random() < 0.01:  # the draft stops matching for a while
+                misses_until = step + rng.randrange(5, 60)
+            # Each verify brings 1 to 4 tokens: none accepted during the misses.
+            accepted = 0 if step < misses_until else rng.choice((2, 3, 3))
+            jumped = rng.random() < 0.01
+            for p in (holder, every):
+                p.on_launch(answer[0], 1, context)
+            verify = [accepted] if answer[0] else None
+            if overlap:
+                verify, in_flight = in_flight, verify
+            if verify is not None:
+                for p in (holder, every):
+                    p.on_verify(verify)
+                context += verify[0] + 1
+            elif not answer[0]:
+                context += 1
+            if jumped:  # a request replaced by one with a long prompt
+                context = rng.choice((40, 20_000))
+                for p in (holder, every):
+                    p.on_prefills(1, answer[0], 1)
+            if step % 32 == 31:  # the controller's share
+                for p in (holder, every):
+                    p.set_costs(p.costs | {costs.PER_TOKEN: p.per_token})
+    assert held > 3000, held  # the holds ran, not only full answers
+
+
+def test_steady_speculation_works_out_few_answers_and_counts_every_launch():
+    """At c=1 with speculation well ahead, a hold spans the launches between two
+    shares of the table; the reason counters still count each batch."""
+    p = GoodputPolicy(K)
+    p.set_costs(table(plain={1: 1.5}, spec={1: 3.1}))
+    feed(p, accepted=2, steps=50, batch=1)
+    before = dict(p.reason_counts())
+    answers, answer = [0], p._answer
+
+    def counted(batch_size, context):
+        answers[0] += 1
+        return answer(batch_size, context)
+
+    p._answer = counted
+    rng = random.Random(0)
+    for step in range(3200):
+        assert p.speculate(1, step) is True
+        p.on_launch(True, 1, step)
+        p.on_verify([rng.choice((1, 2, 3))])
+        p.on_prefills(0, True, 1)
+        if step % 32 == 31:
+            p.set_costs(p.costs)
+    assert answers[0] <= 3200 // 32 + 10, answers
+    assert p.reason_counts() == {**before, (True, "goodput"): before[True, "goodput"] + 3200}
+
+
+def test_a_hold_ends_at_another_batch_size_a_plain_launch_a_prefill_or_a_new_table():
+    p = GoodputPolicy(K)
+    p.set_costs(table(plain={1: 1.5, 2: 1.6}, spec={1: 3.1, 2: 3.3}))
+    feed(p, accepted=2, steps=50, batch=1)
+    ends = {"size": lambda: p.on_launch(True, 2), "plain": lambda: p.on_launch(False, 1),
+            "prefill": lambda: p.on_prefills(1, True, 1), "table": lambda: p.set_costs(p.costs),
+            "verifies": lambda: [p.on_verify([2]) for _ in range(p._hold_verifies + 1)]}
+    for name, end in ends.items():
+        p.speculate(1)
+        p.on_launch(True, 1)
+        assert p._hold_left > 1, name
+        end()
+        assert not (p._hold_left and p._held(1, 0)), name  # another size may hold its own
 
 
 def test_make_policy_builds_goodput_with_the_draft_step_count():
