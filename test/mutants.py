@@ -541,7 +541,7 @@ MUTANTS: tuple[Mutant, ...] = (
            (U + "test_goodput.py",),
            why="answers would read step times and prices of a table the policy no longer holds"),
     Mutant("acceptance-estimate-outlives-a-verify", "policy.py",
-           "        self._expected = self._error = None\n", "",
+           "            self._expected = self._error = None\n", "",
            (U + "test_goodput.py",),
            why="the policy would go on predicting with the acceptance of the first verify it read"),
     Mutant("idle-wait-filed-as-prefill-price", "controller.py",

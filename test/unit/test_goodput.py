@@ -534,6 +534,7 @@ def test_answers_follow_every_verify_and_every_new_table():
     p = GoodputPolicy(K)
     p.set_costs(MEASURED)
     feed(p, accepted=2, steps=50, batch=8)
+    put(p)  # no hold: the answer below is worked out, and kept
     assert p.speculate(8) is True
     for _ in range(200):  # the draft stops matching; no launch in between
         p.on_verify([0] * 8)
