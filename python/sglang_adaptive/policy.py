@@ -356,9 +356,9 @@ class Prediction:
         return self._rate(self._acceptance.k + 1.0)
 
 
-# A speculating policy's answer to stay (GoodputPolicy), and how its launches count.
+# A speculating policy's answer to stay (GoodputPolicy); its launches count under the
+# same key (speculative, reason).
 _STAY = (True, "goodput")
-_STAY_KEY = (True, "goodput")
 
 
 class GoodputPolicy(ModePolicy):
@@ -627,7 +627,7 @@ class GoodputPolicy(ModePolicy):
                 # What the generic path below would do for a stay launch, all of it
                 # already done by the launch that took the hold up.
                 self._hold_left -= 1
-                self._reasons[_STAY_KEY] += 1
+                self._reasons[_STAY] += 1
                 self._launched += 1
                 return
             self._hold_left = 0
@@ -872,8 +872,8 @@ class GoodputPolicy(ModePolicy):
         offers (``margin``: its speculative rate over the least that stays), or None.
 
         Working out each answer was most of what the policy added to a speculative
-        batch (``benchmark/hook_cost.py``: 14.5 us a batch against 5.3 for a policy that
-        never goes plain; 11.7 with holds), on servers whose host sets the pace. A hold
+        batch (``benchmark/hook_cost.py``, medians of 7 runs: 16.3 us a batch against 5.2 for
+        a policy that never goes plain; 14.1 with holds), on servers whose host sets the pace. A hold
         of n launches is offered only where staying would be the answer at each of them
         whatever the verifies bring, so it changes no call: the n-th held launch's
         answer has seen at most n more verifies (with the overlap scheduler, those of
