@@ -18,10 +18,14 @@ package's code meets its caches cold. Session 44, this desktop, mean us a batch
 (goodput / never-plain): 17.1 / 8.1 with 2 MB, 23.1 / 11.7 with 8 MB. Session 45, goodput
 holding its answers to stay (``GoodputPolicy._hold_for``) against the commit before, medians
 of 7 alternating runs: 14.1 against 16.3 us warm (never-plain 5.2); with eviction the two
-were within this desktop's noise (2 MB 20.6 / 21.0, 8 MB 38.9 / 37.1).
+were within this desktop's noise (2 MB 20.6 / 21.0, 8 MB 38.9 / 37.1). Session 46 (the acceptance
+fold in one pass, the held answer inline in ``speculate``, the table shared less often while the
+policy holds a steady answer) against session 45's code, 7 alternating runs: goodput's excess over
+never-plain 4.8 against 6.7 us warm, 7.6 against 8.7 with 2 MB evicted; Python opcodes a batch
+beyond never-plain's (``--opcodes``: deterministic where times swing by half here) 378 against 603.
 
 usage: PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python benchmark/hook_cost.py [--steps 15000]
-       [--repeat 5] [--evict-mb N] [--json OUT]   (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
+       [--repeat 5] [--evict-mb N] [--opcodes] [--json OUT]   (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import json
 import logging
 import random
+import sys
 import time
 
 from sglang_adaptive import controller as ctl, scheduler_hooks as hooks
@@ -166,6 +171,28 @@ def measure(steps: int = 15000, repeat: int = 5, parts: bool = True, evict_mb: i
     return out
 
 
+def opcodes(steps: int = 20000) -> dict:
+    """Python opcodes and calls per batch (``sys.settrace``; the loop's own included), for
+    goodput and never-plain: a count, not a time, so two versions compare exactly."""
+    out, previous = {}, sys.gettrace()  # a coverage tracer, under the test suite: put back after
+    for name, policy in (("goodput", GoodputPolicy(3)), ("never-plain", ThresholdPolicy(100000))):
+        counts = {"opcodes": 0, "calls": 0}
+
+        def trace(frame, event, arg):
+            if event == "call":
+                counts["calls"] += 1
+                frame.f_trace_opcodes = True
+            elif event == "opcode":
+                counts["opcodes"] += 1
+            return trace
+        try:
+            run(policy, lambda c: sys.settrace(trace), steps)
+        finally:
+            sys.settrace(previous)
+        out[name] = {k: v / steps for k, v in counts.items()}
+    return out
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=15000)
@@ -173,7 +200,16 @@ def main(argv=None) -> None:
     p.add_argument("--evict-mb", type=int, default=0,
                    help="copy a buffer of this many MB before each timed batch (caches cold)")
     p.add_argument("--json", help="also write the figures here")
+    p.add_argument("--opcodes", action="store_true", help="count Python opcodes and calls a batch instead")
     args = p.parse_args(argv)
+    if args.opcodes:
+        out = opcodes(args.steps)
+        for name, per in out.items():
+            print(f"{name:14s} {per['opcodes']:7.1f} opcodes, {per['calls']:5.1f} Python calls a batch")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+        return
     out = measure(args.steps, args.repeat, evict_mb=args.evict_mb)
     for name, us in out["us_per_batch"].items():
         print(f"{name:14s} {us:6.2f} us a batch ({out['spec_share'][name]:.1%} of the batches speculative, "

@@ -90,6 +90,16 @@ REASON_PATTERN = r"((?:spec|plain) \w+) (\d+)"  # (reason_label, count)
 # batch, half a percent of a tiny pair's 3 ms speculative step.
 TABLE_WRITE_EVERY_S = 1.0
 
+# A share that finds the policy settled (ModePolicy.settled: goodput holding its answer)
+# and the table steady (the same buckets, each value within this share of the last
+# share's) doubles the wait for the next, up to SYNC_MAX_FACTOR times ``sync_every``;
+# any other share, or a switch of mode, goes back to ``sync_every``. At steady load each
+# share costs a table, the policy's derived state, and ends its held answer (a
+# worked-out answer after it): at batch 1 on the tiny pair that was a sixth of what
+# goodput adds to a batch (benchmark/hook_cost.py), on a host that sets the pace.
+SYNC_STEADY = 0.05
+SYNC_MAX_FACTOR = 8
+
 # RecoveryProfile.summary() as logged ("AdaptiveEAGLE " + summary): the stretch length,
 # then "step I: TOKENS/VERIFY (VERIFIES)" groups, then the steady value.
 RECOVERY_LOG_PATTERN = r"AdaptiveEAGLE acceptance after plain stretches of >= (\d+) steps: (.*)"
@@ -197,6 +207,7 @@ class AdaptiveModeController(ModeController):
         audit_kv: bool = False,
         share: Callable[[dict], dict] | None = None,
         sync_every: int = 32,
+        sync_max_every: int | None = None,
         cost_table_path: str | None = None,
         writes_table: bool = True,
         clock: Callable[[], float] = time.perf_counter,
@@ -221,6 +232,12 @@ class AdaptiveModeController(ModeController):
         self.costs = StepCosts()
         self.share = share or (lambda table: table)
         self.sync_every = sync_every
+        # The wait grows while the shared table stays steady (SYNC_STEADY): decided from
+        # the shared tables and the batch count, so every rank joins the same syncs.
+        self.sync_max_every = SYNC_MAX_FACTOR * sync_every if sync_max_every is None else sync_max_every
+        self._sync_wait = sync_every
+        self._next_sync = sync_every
+        self._shared: dict | None = None
         # A TP collective: only where the table is read (goodput) or kept (a path).
         # Every rank must make the same choice, so it depends on the flags only;
         # ``writes_table`` (rank 0) says who writes the file and logs the table.
@@ -273,7 +290,8 @@ class AdaptiveModeController(ModeController):
     def on_prepare(self, speculative: bool, batch_size: int = 0, forward_iter: int | None = None,
                    context: int = 0) -> None:
         self._time_step(speculative, batch_size, forward_iter, context)
-        self.telemetry.on_batch(speculative, self.stats.last_speculative not in (None, speculative))
+        switched = self.stats.last_speculative not in (None, speculative)
+        self.telemetry.on_batch(speculative, switched)
         self.decisions.record(self.policy, speculative, batch_size, context)
         self.policy.on_launch(speculative, batch_size, context)
         self._count_prefills()
@@ -287,6 +305,11 @@ class AdaptiveModeController(ModeController):
         self.last_decode_width = self.spec_width if speculative else 1
         self.stats.record(speculative)
         total = self.stats.spec_batches + self.stats.plain_batches
+        if switched and self._sync_wait > self.sync_every:
+            # The mode it switches to files its steps now: a long wait would keep them
+            # from the policy while it runs on what it switched on.
+            self._sync_wait = self.sync_every
+            self._next_sync = min(self._next_sync, total + self.sync_every)
         if self.log_interval and total % self.log_interval == 0:
             logger.info("AdaptiveEAGLE %s", self.stats.summary())
             reasons = self.policy.reason_counts()
@@ -294,7 +317,7 @@ class AdaptiveModeController(ModeController):
                 logger.info("AdaptiveEAGLE decode batches by reason: %s", format_reasons(reasons))
         if self.recovery.on_prepare(speculative) and self.log_interval:
             logger.info("AdaptiveEAGLE %s", self.recovery.summary())
-        if self._syncs and (total % self.sync_every == 0 or self.policy.sync_due()):
+        if self._syncs and (total >= self._next_sync or self.policy.sync_due()):
             self.sync()
 
     def _time_step(self, speculative: bool, batch_size: int, forward_iter: int | None,
@@ -386,6 +409,10 @@ class AdaptiveModeController(ModeController):
         """Share rank 0's step-cost table with every rank and hand it to the policy.
         Called at the same decode batch on every rank (a collective under TP)."""
         table = self.share(self.costs.table())
+        steady = self.policy.settled() and self._shared is not None and steady_table(self._shared, table)
+        self._shared = table
+        self._sync_wait = min(2 * self._sync_wait, self.sync_max_every) if steady else self.sync_every
+        self._next_sync = self.stats.spec_batches + self.stats.plain_batches + self._sync_wait
         self.policy.set_costs(table)
         if not self.writes_table:
             return
@@ -423,6 +450,21 @@ def back_to_back(first: tuple, second: tuple) -> bool:
     idle) ran with no other batch (a prefill) between them, the forward count moved by
     one, and no idle wait either."""
     return first[3] is not None and second[3] is not None and second[3] - first[3] == 1 and not second[5]
+
+
+def steady_table(before: dict, after: dict, share: float = SYNC_STEADY) -> bool:
+    """Whether a shared cost table holds the same buckets as the one before, each step
+    time (and slope) within ``share`` of its value there."""
+    if before.keys() != after.keys():
+        return False
+    for mode, values in after.items():
+        old = before[mode]
+        if old.keys() != values.keys():
+            return False
+        for key, value in values.items():
+            if abs(value - old[key]) > share * max(abs(value), abs(old[key])):
+                return False
+    return True
 
 
 def format_reasons(counts: dict[tuple[bool, str], int]) -> str:

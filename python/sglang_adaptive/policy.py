@@ -75,6 +75,12 @@ class ModePolicy:
         schedule; the answer must be the same on every TP rank."""
         return False
 
+    def settled(self) -> bool:
+        """Whether the current answer stands whatever a table shared now would say
+        within its steady range (the controller then shares less often); the same on
+        every TP rank."""
+        return False
+
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
         """Accepted draft tokens of each request of a speculative batch (upstream's
         ``on_verify_complete_cpu`` feed); only the goodput policy reads them."""
@@ -198,29 +204,57 @@ class AcceptanceEstimator:
                 self._fold()
 
     def _fold(self) -> None:
+        """Fold the pending verifies in: each weighs 1 (whatever its batch size) aged
+        from its step to the last one's, and what came before ages by as much. One pass
+        that sorts each verify's weight by drafts accepted, then sums per position: at
+        batch 1 a pass per verify and position was most of the Python a verify cost."""
         pending, self._pending = self._pending, []
+        k, half_life = self.k, self.half_life
+        last = pending[-1][1]
+        # counts[v]: the weight of requests that accepted v drafts, each verify's summing
+        # to its weight; single: the one-request verifies' share of it, whose squared
+        # step means follow from it; squares: the other verifies' weighed squared means.
+        counts, single = [0.0] * (k + 1), [0.0] * (k + 1)
+        weights = squares = 0.0
         for num_correct, step in pending:
-            self._fold_one(num_correct, step)
-
-    def _fold_one(self, num_correct: list[int], step: int) -> None:
-        factor = 0.5 ** ((step - self._aged_at) / self.half_life)
-        self._aged_at = step
-        mean = 1.0 + sum(num_correct) / len(num_correct)
-        self._steps = self._steps * factor + 1.0
-        self._sum = self._sum * factor + mean
-        self._sum_sq = self._sum_sq * factor + mean * mean
-        # Counted per step as the error is: each step weighs 1 whatever its batch size,
-        # or a batch of 64 outweighs 64 later verifies at batch 1 and ages away only
-        # after six half-lives (a load that drops to one request went on predicting
-        # with the large batches' acceptance for some 600 steps).
-        # k + 1 passes of list.count (C loops), not a Python loop over requests.
-        weight = 1.0 / len(num_correct)
-        at_least = len(num_correct)
-        for i in range(self.k):
-            reached = at_least
-            at_least -= num_correct.count(i)
-            self._reached[i] = self._reached[i] * factor + reached * weight
-            self._accepted[i] = self._accepted[i] * factor + at_least * weight
+            w = 0.5 ** ((last - step) / half_life)
+            weights += w
+            if len(num_correct) == 1:
+                single[num_correct[0]] += w
+                continue
+            # Counted per step as the error is: each step weighs 1 whatever its batch
+            # size, or a batch of 64 outweighs 64 later verifies at batch 1 and ages
+            # away only after six half-lives (a load that drops to one request went on
+            # predicting with the large batches' acceptance for some 600 steps).
+            n = len(num_correct)
+            weight = w / n
+            # k + 1 passes of list.count (C loops), not a Python loop over requests.
+            for v in range(k + 1):
+                counts[v] += weight * num_correct.count(v)
+            mean = 1.0 + sum(num_correct) / n
+            squares += w * mean * mean
+        drafts = 0.0  # weighed drafts accepted a request: the step means' sum less the weights
+        for v in range(k + 1):
+            counts[v] += single[v]
+            squares += (1 + v) * (1 + v) * single[v]
+            drafts += v * counts[v]
+        aged = 0.5 ** ((last - self._aged_at) / half_life)
+        self._aged_at = last
+        self._steps = self._steps * aged + weights
+        self._sum = self._sum * aged + weights + drafts
+        self._sum_sq = self._sum_sq * aged + squares
+        # Position i is reached by the requests that accepted at least i drafts, and
+        # accepted by those that accepted more: sums of counts from the top (never a
+        # difference, which could leave an accepted weight below 0).
+        more, above = 0.0, [0.0] * k
+        for i in range(k - 1, -1, -1):
+            more += counts[i + 1]
+            above[i] = more
+        reached, accepted, came = self._reached, self._accepted, weights
+        for i in range(k):
+            reached[i] = reached[i] * aged + came
+            came = above[i]
+            accepted[i] = accepted[i] * aged + came
 
     @property
     def reached(self) -> list[float]:
@@ -468,7 +502,7 @@ class GoodputPolicy(ModePolicy):
     # one an exploration at batch 64 on the tiny pair, and MIN_SAMPLES make a price.
     PRICE_EXPLORATIONS = 2 * costs.MIN_SAMPLES
     # The most launches one answer to stay with speculation holds for (_hold_for): a
-    # half-life's worth; the table's share every 32 decode batches ends a hold sooner.
+    # half-life's worth; a share of the table (every 32 to 256 decode batches) ends a hold sooner.
     HOLD_MAX = 64
 
     def __init__(self, num_steps: int, *, probe_every: int = 100, probe_budget: float = 0.01,
@@ -713,6 +747,11 @@ class GoodputPolicy(ModePolicy):
     def sync_due(self) -> bool:
         return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0
 
+    def settled(self) -> bool:
+        # Holding an answer to stay (_hold_for): speculating on both modes' own prices,
+        # clear of the hysteresis. No hold where a price is derived, or while exploring.
+        return self._hold_left > 0
+
     @staticmethod
     def _measured_near(by_bucket: dict, batch_size: int) -> bool:
         return any(batch_size / 2 <= b <= 2 * batch_size for b in by_bucket)
@@ -944,6 +983,9 @@ class GoodputPolicy(ModePolicy):
         return plan
 
     def speculate(self, batch_size: int, context: int = 0) -> bool:
+        # _decide's first line with _held inline: the scheduler asks twice a batch or more.
+        if self._hold_left and batch_size == self._hold_size and self._hold_low <= context <= self._hold_high:
+            return True
         return self._decide(batch_size, context)[0]
 
     def explain(self, batch_size: int, context: int = 0) -> dict:

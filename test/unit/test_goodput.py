@@ -121,6 +121,47 @@ def test_expected_tokens_span_one_to_k_plus_one():
     assert high.expected_tokens() == pytest.approx(K + 1, abs=1e-2)
 
 
+
+def fold_in_turn(k: int, half_life: float, verifies: list) -> dict:
+    """The estimate's sums by their definition, one verify at a time: everything before a
+    verify ages by 0.5 ** (steps since the last one / half_life), then the verify adds
+    weight 1 spread over its requests (the prior: 1 reached, 0.5 accepted per position)."""
+    reached, accepted, steps, total, total_sq, at = [1.0] * k, [0.5] * k, 0.0, 0.0, 0.0, 0
+    for num_correct, step in verifies:
+        f = 0.5 ** ((step - at) / half_life)
+        at, n = step, len(num_correct)
+        mean = 1 + sum(num_correct) / n
+        steps, total, total_sq = steps * f + 1, total * f + mean, total_sq * f + mean * mean
+        for i in range(k):
+            reached[i] = reached[i] * f + sum(d >= i for d in num_correct) / n
+            accepted[i] = accepted[i] * f + sum(d > i for d in num_correct) / n
+    return {"reached": reached, "accepted": accepted, "sums": [steps, total, total_sq]}
+
+
+@pytest.mark.parametrize("sizes", [(1,), (1, 2, 7, 64)], ids=["batch 1", "mixed batches"])
+def test_folding_many_verifies_at_once_equals_folding_each_in_turn(sizes):
+    """The estimate folds its pending verifies in one pass when read (at batch 1 the
+    whole fold sorts each verify's weight by drafts accepted): the sums must be the
+    ones of the definition, read after every verify or after 63."""
+    rng = random.Random(7)
+    for k in (1, 3, 5):
+        verifies, step = [], 0
+        for _ in range(400):
+            step += rng.choice((0, 1, 1, 1, 2, 9))
+            verifies.append(([rng.choice((0, 0, 1, k, k)) if rng.random() < 0.5 else rng.randint(0, k)
+                              for _ in range(rng.choice(sizes))], step))
+        want = fold_in_turn(k, 64.0, verifies)
+        for read_every in (1, 5, 63):
+            est = AcceptanceEstimator(k)
+            for i, (num_correct, at) in enumerate(verifies):
+                est.update(num_correct, at)
+                if i % read_every == 0:
+                    est.expected_tokens()
+            got = {"reached": est.reached, "accepted": est.accepted, "sums": [est._steps, est._sum, est._sum_sq]}
+            for key in want:
+                assert got[key] == pytest.approx(want[key], rel=1e-12), (k, read_every, key)
+            assert est.aged_at == step and min(est.accepted) > 0
+
 # -- step costs ------------------------------------------------------------------------
 
 
@@ -576,6 +617,7 @@ def test_a_held_answer_is_the_answer_worked_out_afresh_whatever_the_verifies_bri
             answer = holder._decide(1, context)
             held += holder._hold_left > 0 and answer == (True, "goodput")
             assert answer == every._decide(1, context), (seed, step, context)
+            assert holder.speculate(1, context) == answer[0]  # the scheduler's question, held inline
             if rng.random() < 0.01:  # the draft stops matching for a while
                 misses_until = step + rng.randrange(5, 60)
             # Each verify brings 1 to 4 tokens: none accepted during the misses.
@@ -594,6 +636,8 @@ def test_a_held_answer_is_the_answer_worked_out_afresh_whatever_the_verifies_bri
                 context += 1
             if jumped:  # a request replaced by one with a long prompt
                 context = rng.choice((40, 20_000))
+                # Asked before its prefill is counted (one batch late under overlap).
+                assert holder.speculate(1, context) == every.speculate(1, context), (seed, step, context)
                 for p in (holder, every):
                     p.on_prefills(1, answer[0], 1)
             if step % 32 == 31:  # the controller's share
@@ -847,7 +891,8 @@ def test_the_cost_table_file_is_rewritten_once_a_second_or_when_a_bucket_comes(t
         (clock.t, sorted(b for v in table.values() for b in v))))
     tables = iter([{costs.PLAIN: {8: 0.003}}] * 3 + [{costs.PLAIN: {8: 0.003, 16: 0.004}}] * 9)
     c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, share=lambda t: next(tables),
-                                   sync_every=2, cost_table_path=str(tmp_path / "costs.json"), clock=clock)
+                                   sync_every=2, sync_max_every=2, cost_table_path=str(tmp_path / "costs.json"),
+                                   clock=clock)
     for i in range(24):  # a sync every second prepare, 0.2 s apart: 12 syncs over 4.6 s
         c.on_prepare(False, 8, i)
         clock.t += 0.2
@@ -866,6 +911,116 @@ def test_a_cost_table_path_that_is_not_a_regular_file_is_written_through(tmp_pat
     reader.join(timeout=10)
     assert json.loads(got[0])["seconds_per_step"]["plain"] == {"1": 0.002}
     assert fifo.is_fifo(), "the pipe must not be replaced by a regular file"
+
+
+def serve_at_one(c: ctl.AdaptiveModeController, batches: int, accepted: int = K, syncs: list | None = None,
+                 start: int = 0) -> list:
+    """``batches`` decode batches of one request as the controller decides them, each
+    speculative one verified with ``accepted`` drafts; the batch count at each share."""
+    syncs = [] if syncs is None else syncs
+    sync = c.sync
+
+    def counted():
+        syncs.append(c.stats.spec_batches + c.stats.plain_batches)
+        sync()
+    c.sync = counted
+    for it in range(start, start + batches):
+        context = 64 + 4 * (it % 40)
+        spec = c.speculate(1, context=context)
+        c.on_prepare(spec, 1, it, context)
+        if spec:
+            c.on_verify([accepted])
+    c.sync = sync
+    return syncs
+
+
+def steady_at_one(**kwargs) -> ctl.AdaptiveModeController:
+    """Speculation at batch 1 clearly ahead of plain, the shared table fixed."""
+    shared = table(plain={1: 1.5}, spec={1: 2.5})
+    return ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, share=lambda t: shared, **kwargs)
+
+
+def test_a_settled_policy_on_a_steady_table_is_shared_less_often():
+    """At batch 1 on the tiny pair each share (a table, the policy's derived state, and
+    the end of its held answer) was a sixth of what goodput adds to a batch."""
+    c = steady_at_one(sync_every=32)
+    syncs = serve_at_one(c, 1200)
+    assert c.policy.settled() and c.stats.plain_batches == 0
+    # The first share when the first steps asked for one (an exploration: no table yet).
+    assert [b - a for a, b in zip(syncs, syncs[1:])] == [32, 64, 128, 256, 256, 256], syncs
+    # A steady table alone is not enough: a policy that does not hold its answer (here
+    # acceptance gone, plain) is shared the regular way.
+    c = steady_at_one(sync_every=32)
+    syncs = serve_at_one(c, 600, accepted=0)
+    assert c.stats.plain_batches > 300 and not c.policy.settled()
+    assert {b - a for a, b in zip(syncs[-8:], syncs[-7:])} == {32}, syncs
+
+
+def test_a_moved_table_or_a_switch_shares_at_the_regular_interval_again():
+    tables = [table(plain={1: 1.5}, spec={1: 2.5})]
+    c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, share=lambda t: tables[-1], sync_every=32)
+    syncs = serve_at_one(c, 500)
+    assert c._sync_wait == 256, syncs
+    tables.append(table(plain={1: 1.5}, spec={1: 2.5 * 1.04}))  # within 5%: steady
+    serve_at_one(c, 300, syncs=syncs, start=500)
+    assert c._sync_wait == 256
+    tables.append(table(plain={1: 1.5}, spec={1: 2.5 * 1.04 * 1.06}))  # moved
+    n = len(syncs)
+    serve_at_one(c, 300, syncs=syncs, start=800)
+    assert syncs[n + 1] - syncs[n] == 32, syncs[n:]
+    tables.append(table(plain={1: 1.5, 8: 2.0}, spec={1: 2.65}))  # a bucket came
+    serve_at_one(c, 400, syncs=syncs, start=1100)
+    n = len(syncs)
+    serve_at_one(c, 1, syncs=syncs, start=1500)
+    assert c._sync_wait == 256
+    tables.append(table(plain={1: 1.5}, spec={1: 2.65}))  # and went
+    serve_at_one(c, 300, syncs=syncs, start=1501)
+    assert syncs[n + 1] - syncs[n] == 32, syncs[n:]
+    # A switch: the mode switched to files its steps now.
+    serve_at_one(c, 500, syncs=syncs, start=1801)
+    assert c._sync_wait == 256
+    total = c.stats.spec_batches + c.stats.plain_batches
+    c.on_prepare(False, 1, 2301, 64)
+    n = len(syncs)
+    serve_at_one(c, 40, syncs=syncs, start=2302)
+    assert syncs[n:] and syncs[n] <= total + 1 + 32, (total, syncs[n:])
+
+
+def test_ranks_that_time_their_steps_apart_join_the_same_syncs_as_the_wait_grows():
+    """Each rank files its own step times; the wait for the next share is decided from
+    the shared table, the policy and the batch count only, so every rank joins the same
+    collectives (a rank that skipped one would hang the others)."""
+    shared, syncs, ranks = [], {0: [], 1: []}, []
+
+    def share_of(rank):
+        def share(local):
+            syncs[rank].append(ranks[rank][0].stats.spec_batches + ranks[rank][0].stats.plain_batches)
+            if rank == 0:
+                shared.append(local)
+            return shared[-1]  # rank 0's, as the broadcast hands it to every rank
+        return share
+
+    for r in (0, 1):
+        clock = Clock()
+        ranks.append((ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, share=share_of(r), clock=clock),
+                      clock))
+    rng = random.Random(3)
+    for it in range(3000):
+        context = 64 + 4 * (it % 40)
+        accepted = rng.choice((0, 1, 2, K, K, K)) if it < 2000 else 0  # then acceptance collapses
+        modes = []
+        for c, clock in ranks:  # rank 0 first, as its broadcast must come before the others read it
+            modes.append(c.speculate(1, context=context))
+            clock.t += (0.0025 if modes[-1] else 0.0015) * rng.uniform(0.7, 1.3)
+            c.on_prepare(modes[-1], 1, it, context)
+            if modes[-1]:
+                c.on_verify([accepted])
+        assert modes[0] == modes[1], it
+    assert syncs[0] == syncs[1]
+    waits = [b - a for a, b in zip(syncs[0], syncs[0][1:])]
+    assert max(waits) == 256 and min(waits) <= 32, waits
+    assert ranks[0][0].stats.plain_batches > 100, "the collapse turned the policy plain"
+    assert ranks[0][0].costs.table() != ranks[1][0].costs.table(), "the ranks' own samples differ"
 
 
 def test_every_rank_joins_the_same_syncs_and_only_rank_0_writes_the_table(tmp_path):

@@ -75,7 +75,8 @@ class Server:
     all started together, so none has ended yet."""
 
     def __init__(self, acceptance: float, mode: str = "request", plain: dict = PLAIN, spec: dict = SPEC,
-                 prefill: tuple | None = None, policy=None, waves: "Waves | None" = None):
+                 prefill: tuple | None = None, policy=None, waves: "Waves | None" = None,
+                 sync_max_every: int | None = None):
         self.t, self.it, self.decode_it = 0.0, 0, 0
         self.acceptance, self.mode = acceptance, mode
         self.plain, self.spec, self.prefill, self.waves = plain, spec, prefill, waves
@@ -83,7 +84,7 @@ class Server:
         self.spec_why: Counter = Counter()  # speculative steps by the policy's reason
         self.p, self.rng, self.prefill_rng = rate_for(acceptance), random.Random(0), random.Random(1)
         self.c = ctl.AdaptiveModeController(policy or GoodputPolicy(K), spec_width=K + 1,
-                                            clock=lambda: self.t, sync_every=32)
+                                            clock=lambda: self.t, sync_every=32, sync_max_every=sync_max_every)
         self.in_flight = []  # GPU times of the batches launched, most recent last
         self.tokens_per_request = 0.0  # made by each request of the first run, while none has ended
         self.slow_steps, self.slow_factor = 0, 1.0  # after a pause (``pause``)
@@ -229,9 +230,11 @@ def test_a_stall_while_speculating_does_not_keep_the_policy_plain(caplog):
     4.47. That put plain ahead even of every draft accepted (4 tokens in 6.2 ms), so no
     probe was due, and the bucket, chosen by the policy, did not count as stale: plain
     for 64% of the point's batches. A time slower than a larger batch's is re-measured
-    whatever filed it, at the probe due."""
+    whatever filed it, at the probe due. The table is shared every 32 batches here: with
+    the longer wait of a settled policy (controller.SYNC_MAX_FACTOR) a stall this short
+    leaves the window before a share and never reaches the policy."""
     plain, spec = {1: 1.5e-3, 64: 2.2e-3}, {1: 3.0e-3, 64: 4.47e-3}
-    server = Server(2.79, plain=plain, spec=spec)
+    server = Server(2.79, plain=plain, spec=spec, sync_max_every=32)
     server.run(64, 300)  # the warm-up: both modes measured at 64
     server.run(1, 300)
     assert server.c.policy.speculate(1), "the policy speculates at 1 before the stall"

@@ -119,6 +119,17 @@ def test_hook_cost_evicts_before_each_timed_batch_only(monkeypatch):
     assert all(us > 0 for us in out["us_per_batch"].values())
 
 
+def test_hook_cost_counts_opcodes_and_puts_back_the_tracer_it_found():
+    """--opcodes compares two versions exactly: the same loop counts the same; goodput
+    runs more Python than never-plain; a coverage tracer keeps running after it."""
+    hook_cost = _benchmark_script("hook_cost")
+    before = sys.gettrace()
+    first, second = hook_cost.opcodes(steps=200), hook_cost.opcodes(steps=200)
+    assert first == second and sys.gettrace() is before
+    assert first["goodput"]["opcodes"] > first["never-plain"]["opcodes"] > 100, first
+    assert first["never-plain"]["calls"] > 10
+
+
 def _fake_thread(proc: Path, pid: int, tid: int, name: str, ticks: tuple[int, int], switches: int,
                  processor: int = 3) -> None:
     task = proc / str(pid) / "task" / str(tid)
