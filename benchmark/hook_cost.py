@@ -25,7 +25,8 @@ never-plain 4.8 against 6.7 us warm, 7.6 against 8.7 with 2 MB evicted; Python o
 beyond never-plain's (``--opcodes``: deterministic where times swing by half here) 378 against 603.
 
 usage: PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python benchmark/hook_cost.py [--steps 15000]
-       [--repeat 5] [--evict-mb N] [--opcodes] [--json OUT]   (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
+       [--repeat 5] [--evict-mb N] [--opcodes] [--json OUT]
+       (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
 """
 
 from __future__ import annotations
@@ -174,23 +175,25 @@ def measure(steps: int = 15000, repeat: int = 5, parts: bool = True, evict_mb: i
 def opcodes(steps: int = 20000) -> dict:
     """Python opcodes and calls per batch (``sys.settrace``; the loop's own included), for
     goodput and never-plain: a count, not a time, so two versions compare exactly."""
-    out, previous = {}, sys.gettrace()  # a coverage tracer, under the test suite: put back after
-    for name, policy in (("goodput", GoodputPolicy(3)), ("never-plain", ThresholdPolicy(100000))):
-        counts = {"opcodes": 0, "calls": 0}
+    return {"goodput": _count(GoodputPolicy(3), steps), "never-plain": _count(ThresholdPolicy(100000), steps)}
 
-        def trace(frame, event, arg):
-            if event == "call":
-                counts["calls"] += 1
-                frame.f_trace_opcodes = True
-            elif event == "opcode":
-                counts["opcodes"] += 1
-            return trace
-        try:
-            run(policy, lambda c: sys.settrace(trace), steps)
-        finally:
-            sys.settrace(previous)
-        out[name] = {k: v / steps for k, v in counts.items()}
-    return out
+
+def _count(policy, steps: int) -> dict:
+    counts = {"opcodes": 0, "calls": 0}
+
+    def trace(frame, event, arg):
+        if event == "call":
+            counts["calls"] += 1
+            frame.f_trace_opcodes = True
+        elif event == "opcode":
+            counts["opcodes"] += 1
+        return trace
+    previous = sys.gettrace()  # a coverage tracer, under the test suite: put back after
+    try:
+        run(policy, lambda c: sys.settrace(trace), steps)
+    finally:
+        sys.settrace(previous)
+    return {k: v / steps for k, v in counts.items()}
 
 
 def main(argv=None) -> None:
