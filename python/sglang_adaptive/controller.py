@@ -232,8 +232,9 @@ class AdaptiveModeController(ModeController):
         self.costs = StepCosts()
         self.share = share or (lambda table: table)
         self.sync_every = sync_every
-        # The wait grows while the shared table stays steady (SYNC_STEADY): decided from
-        # the shared tables and the batch count, so every rank joins the same syncs.
+        # The wait grows while the policy is settled and the shared table steady
+        # (SYNC_STEADY): decided from the shared tables, the policy and the batch count,
+        # so every rank joins the same syncs.
         self.sync_max_every = SYNC_MAX_FACTOR * sync_every if sync_max_every is None else sync_max_every
         self._sync_wait = sync_every
         self._next_sync = sync_every

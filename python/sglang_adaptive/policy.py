@@ -76,9 +76,8 @@ class ModePolicy:
         return False
 
     def settled(self) -> bool:
-        """Whether the current answer stands whatever a table shared now would say
-        within its steady range (the controller then shares less often); the same on
-        every TP rank."""
+        """Whether the policy holds a steady answer, so that the controller may share a
+        steady table less often (controller.SYNC_MAX_FACTOR); the same on every TP rank."""
         return False
 
     def on_verify(self, num_correct_drafts_per_req: list[int]) -> None:
@@ -748,8 +747,8 @@ class GoodputPolicy(ModePolicy):
         return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0
 
     def settled(self) -> bool:
-        # Holding an answer to stay (_hold_for): speculating on both modes' own prices,
-        # clear of the hysteresis. No hold where a price is derived, or while exploring.
+        # Holding an answer to stay with speculation (_hold_for): none while exploring or
+        # refreshing, or where one mode's prefill price is derived from the other's.
         return self._hold_left > 0
 
     @staticmethod
