@@ -22,10 +22,12 @@ were within this desktop's noise (2 MB 20.6 / 21.0, 8 MB 38.9 / 37.1). Session 4
 fold in one pass, the held answer inline in ``speculate``, the table shared less often while the
 policy holds a steady answer) against session 45's code, 7 alternating runs: goodput's excess over
 never-plain 4.8 against 6.7 us warm, 7.6 against 8.7 with 2 MB evicted; Python opcodes a batch
-beyond never-plain's (``--opcodes``: deterministic where times swing by half here) 378 against 603.
+beyond never-plain's (``--opcodes``: deterministic where times swing by half here) 378 against
+603. With plain stretches held too (``GoodputPolicy._plain_hold_for``): 386, and with no draft
+accepted (``--opcodes --plain``, goodput plain) 557 beyond an always-plain server's, against 1,290.
 
 usage: PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python benchmark/hook_cost.py [--steps 15000]
-       [--repeat 5] [--evict-mb N] [--opcodes] [--json OUT]
+       [--repeat 5] [--evict-mb N] [--opcodes [--plain]] [--json OUT]
        (keep the PYTHONPATH a GPU host's setup-host.sh sets: SGLang is there)
 """
 
@@ -82,7 +84,7 @@ def _noop(*args, **kwargs):
     return None
 
 
-def run(policy, patch=None, steps: int = 15000, seed: int = 0, evict_mb: int = 0):
+def run(policy, patch=None, steps: int = 15000, seed: int = 0, evict_mb: int = 0, accepted=(1, 2, 3)):
     """Microseconds per decode batch after 3,000 batches of warm-up (``patch(controller)``
     applied between), and the controller. ``evict_mb``: a buffer of that size copied
     before each timed batch, outside its time."""
@@ -106,7 +108,7 @@ def run(policy, patch=None, steps: int = 15000, seed: int = 0, evict_mb: int = 0
         batch.forward_iter = launches[0]
         now[0] += (0.0031 if speculative else 0.0015) * rng.uniform(0.95, 1.05)
         if speculative:
-            controller.on_verify([rng.choice((1, 2, 3))])
+            controller.on_verify([rng.choice(accepted)])
         reqs[0].kv_committed_len += 3 if speculative else 1
         if reqs[0].kv_committed_len > 300:  # the request ends after an idle wait; its successor prefills
             reqs[0].kv_committed_len = 64
@@ -172,13 +174,18 @@ def measure(steps: int = 15000, repeat: int = 5, parts: bool = True, evict_mb: i
     return out
 
 
-def opcodes(steps: int = 20000) -> dict:
+def opcodes(steps: int = 20000, plain: bool = False) -> dict:
     """Python opcodes and calls per batch (``sys.settrace``; the loop's own included), for
-    goodput and never-plain: a count, not a time, so two versions compare exactly."""
+    goodput and never-plain: a count, not a time, so two versions compare exactly.
+    ``plain``: no draft accepted, so goodput runs plain (probes aside), against a server
+    always plain (threshold 0)."""
+    if plain:
+        return {"goodput": _count(GoodputPolicy(3), steps, (0,)),
+                "always-plain": _count(ThresholdPolicy(0), steps, (0,))}
     return {"goodput": _count(GoodputPolicy(3), steps), "never-plain": _count(ThresholdPolicy(100000), steps)}
 
 
-def _count(policy, steps: int) -> dict:
+def _count(policy, steps: int, accepted=(1, 2, 3)) -> dict:
     counts = {"opcodes": 0, "calls": 0}
 
     def trace(frame, event, arg):
@@ -190,7 +197,7 @@ def _count(policy, steps: int) -> dict:
         return trace
     previous = sys.gettrace()  # a coverage tracer, under the test suite: put back after
     try:
-        run(policy, lambda c: sys.settrace(trace), steps)
+        run(policy, lambda c: sys.settrace(trace), steps, accepted=accepted)
     finally:
         sys.settrace(previous)
     return {k: v / steps for k, v in counts.items()}
@@ -204,9 +211,10 @@ def main(argv=None) -> None:
                    help="copy a buffer of this many MB before each timed batch (caches cold)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("--opcodes", action="store_true", help="count Python opcodes and calls a batch instead")
+    p.add_argument("--plain", action="store_true", help="with --opcodes: no draft accepted (goodput plain)")
     args = p.parse_args(argv)
     if args.opcodes:
-        out = opcodes(args.steps)
+        out = opcodes(args.steps, args.plain)
         for name, per in out.items():
             print(f"{name:14s} {per['opcodes']:7.1f} opcodes, {per['calls']:5.1f} Python calls a batch")
         if args.json:

@@ -389,9 +389,10 @@ class Prediction:
         return self._rate(self._acceptance.k + 1.0)
 
 
-# A speculating policy's answer to stay (GoodputPolicy); its launches count under the
-# same key (speculative, reason).
+# A speculating policy's answer to stay (GoodputPolicy), and a plain one's; their
+# launches count under the same keys (speculative, reason).
 _STAY = (True, "goodput")
+_STAY_PLAIN = (False, "goodput")
 
 
 class GoodputPolicy(ModePolicy):
@@ -477,7 +478,11 @@ class GoodputPolicy(ModePolicy):
       while plain), so one lucky probe does not start speculation;
     - while speculating, an answer to stay holds for up to ``HOLD_MAX`` launches at its
       batch size where no verify meanwhile could change it (``_hold_for``), instead of
-      being worked out again at every batch.
+      being worked out again at every batch; while plain, an answer to stay holds up to
+      the next probe, refresh or check due (``_plain_hold_for``; no verify comes
+      meanwhile). In a steady plain stretch that cut the policy's Python a batch beyond
+      an always-plain server's from 1,290 to 557 opcodes (``benchmark/hook_cost.py
+      --opcodes --plain``).
     """
 
     name = POLICY_GOODPUT
@@ -545,7 +550,9 @@ class GoodputPolicy(ModePolicy):
         # hold the last full answer offers, (size, lowest, highest context, launches),
         # taken up when its batch launches as answered.
         self._hold_left = self._hold_size = self._hold_low = self._hold_high = self._hold_verifies = 0
+        self._hold_spec = True  # the mode held
         self._offer: tuple[int, int, int, int] | None = None
+        self._offering = False  # working out a plain hold's last answers: offer none there
         self._answer_tokens = self.acceptance.expected_tokens()  # E at the last full answer
         self.set_costs({})  # self.costs and what derives from it: no step time yet
 
@@ -656,12 +663,17 @@ class GoodputPolicy(ModePolicy):
 
     def on_launch(self, speculative: bool, batch_size: int = 1, context: int = 0) -> None:
         if self._hold_left:
-            if speculative and self._held(batch_size, context):
+            if speculative == self._hold_spec and self._held(batch_size, context):
                 # What the generic path below would do for a stay launch, all of it
-                # already done by the launch that took the hold up.
+                # already done by the launch that took the hold up, but the counts.
                 self._hold_left -= 1
-                self._reasons[_STAY] += 1
                 self._launched += 1
+                if speculative:
+                    self._reasons[_STAY] += 1
+                else:
+                    self._reasons[_STAY_PLAIN] += 1
+                    self._plain_run += 1
+                    self._answers.clear()  # no verify clears them while plain
                 return
             self._hold_left = 0
         # The scheduler asked speculate(batch_size, context) for this batch just before,
@@ -672,9 +684,11 @@ class GoodputPolicy(ModePolicy):
         self._answers.clear()
         self._launched += 1
         offer, self._offer = self._offer, None
-        if offer is not None and speculative and decided and why == "goodput" and offer[0] == batch_size:
+        if offer is not None and speculative == decided and why == "goodput" and offer[0] == batch_size:
             self._hold_size, self._hold_low, self._hold_high, self._hold_left = offer
-            self._hold_verifies = self._hold_left
+            self._hold_spec = speculative
+            # A plain hold allows for no verify: one (a batch forced to speculate) ends it.
+            self._hold_verifies = self._hold_left if speculative else 0
         continuing, self._may_extend = self._may_extend, False
         if why == "refresh" and speculative == decided:
             self._refresh_step(batch_size, speculative, continuing)
@@ -747,8 +761,9 @@ class GoodputPolicy(ModePolicy):
         return self._explored > 0 and self._explored % self.EXPLORE_SYNC == 0
 
     def settled(self) -> bool:
-        # Holding an answer to stay with speculation (_hold_for): none while exploring or
-        # refreshing, or where one mode's prefill price is derived from the other's.
+        # Holding an answer to stay in its mode (_hold_for, _plain_hold_for): none while
+        # exploring or refreshing, or where one mode's prefill price is derived from the
+        # other's. A plain stretch's probes switch, and take the wait back to sync_every.
         return self._hold_left > 0
 
     @staticmethod
@@ -806,7 +821,7 @@ class GoodputPolicy(ModePolicy):
 
     def _decide(self, batch_size: int, context: int = 0) -> tuple[bool, str]:
         if self._hold_left and self._held(batch_size, context):
-            return _STAY
+            return _STAY if self._hold_spec else _STAY_PLAIN
         answer = self._answers.get((batch_size, context))
         if answer is None:
             answer = self._answers[batch_size, context] = self._answer(batch_size, context)
@@ -882,7 +897,7 @@ class GoodputPolicy(ModePolicy):
         # on a stale time. The plain run keeps counting, so the first batch small enough
         # probes at once.
         if p.best <= plain * (1 + self.hysteresis) and not stale:
-            return False, "goodput"
+            return self._stay_plain(batch_size, context)
         # A stale time's first refresh comes at the shortest probe interval, not at one
         # stretched by that time: a speculative step filed too slow (steps right after a
         # wait) made the interval too, and a refresh landing after the next wait filed
@@ -900,10 +915,52 @@ class GoodputPolicy(ModePolicy):
         # would be checked again).
         check = first_stale or (self._stretch_unchecked
                                 and self._launched - self._checked_at >= self.REFRESH_STEPS * interval)
-        if self._plain_run >= (self.probe_every if check else interval):
+        due = self.probe_every if check else interval
+        if self._plain_run >= due:
             close = spec >= plain * (1 - self.hysteresis)
             return True, "refresh" if close or check or stale else "probe"
-        return False, "goodput"
+        return self._stay_plain(batch_size, context, due - self._plain_run - 1)
+
+    def _stay_plain(self, batch_size: int, context: int, launches: int | None = None) -> tuple[bool, str]:
+        """``launches``: how many more launches stay plain before the probe due as this
+        answer stands (None: no probe is due)."""
+        if not self._offering:
+            self._offer = self._plain_hold_for(batch_size, context, launches)
+        return _STAY_PLAIN
+
+    def _plain_hold_for(self, batch_size: int, context: int,
+                        launches: int | None = None) -> tuple[int, int, int, int] | None:
+        """The hold an answer to stay plain offers, or None: ``_hold_for``'s, for plain
+        stretches (the users' K2.5 case: plain at every load), worked out each batch.
+
+        While plain no verify comes (one ends the hold), so the estimate stands; what
+        moves is the plain run and the launch count, towards the next probe or check, and
+        the context, by one token a request a launch. Every way out of staying plain
+        comes sooner with more launches (a probe due, a stale time, a stretch's check),
+        so the answer after the hold's last launch stands for those before it; and it is
+        worked out at both ends of the context range. None where one mode's prefill price
+        is derived from the other's (as ``_hold_for``), or after a refresh that may run
+        another round."""
+        n = self.HOLD_MAX if launches is None else min(self.HOLD_MAX, launches)
+        plain_price, spec_price = self._plan(batch_size)[4]
+        if (plain_price is None) != (spec_price is None) or self._may_extend or n <= 0:
+            return None
+        saved = self._plain_run, self._launched
+        self._offering = True
+        try:
+            for _ in range(2):  # near a probe due, a shorter hold once; then none
+                self._plain_run, self._launched = saved[0] + n, saved[1] + n
+                high = context + n * batch_size
+                if (self._answer(batch_size, context) == _STAY_PLAIN
+                        and self._answer(batch_size, high) == _STAY_PLAIN):
+                    return batch_size, context, high, n
+                n //= 8
+                if not n:
+                    break
+        finally:
+            self._plain_run, self._launched = saved
+            self._offering = False
+        return None
 
     def _hold_for(self, batch_size: int, context: int, margin: float) -> tuple[int, int, int, int] | None:
         """The hold an answer to stay with speculation at ``batch_size`` and ``context``
@@ -984,7 +1041,7 @@ class GoodputPolicy(ModePolicy):
     def speculate(self, batch_size: int, context: int = 0) -> bool:
         # _decide's first line with _held inline: the scheduler asks twice a batch or more.
         if self._hold_left and batch_size == self._hold_size and self._hold_low <= context <= self._hold_high:
-            return True
+            return self._hold_spec
         return self._decide(batch_size, context)[0]
 
     def explain(self, batch_size: int, context: int = 0) -> dict:

@@ -601,49 +601,120 @@ def twins(plain_ms: float, spec_ms: float, spec_per_1k: float) -> tuple[GoodputP
     return holder, every
 
 
+def bursts(rng: random.Random, chance: float, lengths: tuple, during: tuple, otherwise: tuple):
+    """Drafts a step's verify accepts: from ``otherwise``, but with ``chance`` a step a
+    burst of ``lengths`` steps (a range) starts in which they come from ``during``."""
+    until = [-1]
+
+    def accepted(step: int) -> int:
+        if rng.random() < chance:
+            until[0] = step + rng.randrange(*lengths)
+        return rng.choice(during if step < until[0] else otherwise)
+    return accepted
+
+
+def play_twins(holder: GoodputPolicy, every: GoodputPolicy, rng: random.Random, steps: int, overlap: bool,
+               accepted, share_every: int = 32, tag: tuple = ()) -> list:
+    """``steps`` batches of one request launched on a holding policy and on its twin that
+    works out every answer, asserting the same call at each; ``accepted(step)``: the drafts
+    that step's verify accepts. Verifies come one batch late under the overlap scheduler,
+    at once without it; now and then a request is replaced by one with a long prompt (its
+    prefill counted after the batch, as the controller does); the table is shared every
+    ``share_every`` launches. Returns each answer with whether the holder held it."""
+    context, in_flight, out = 64, None, []
+    for step in range(steps):
+        answer = holder._decide(1, context)
+        out.append((answer, holder._hold_left > 0))
+        assert answer == every._decide(1, context), (*tag, step, context)
+        assert holder.speculate(1, context) == answer[0]  # the scheduler's question, held inline
+        drafts = accepted(step)
+        for p in (holder, every):
+            p.on_launch(answer[0], 1, context)
+        verify = [drafts] if answer[0] else None
+        if overlap:
+            verify, in_flight = in_flight, verify
+        if verify is not None:
+            for p in (holder, every):
+                p.on_verify(verify)
+            context += verify[0] + 1
+        elif not answer[0]:
+            context += 1
+        if rng.random() < 0.01:  # a request replaced by one with a long prompt
+            context = rng.choice((40, 20_000))
+            # Asked before its prefill is counted (one batch late under overlap).
+            assert holder.speculate(1, context) == every.speculate(1, context), (*tag, step, context)
+            for p in (holder, every):
+                p.on_prefills(1, answer[0], 1)
+        if step % share_every == share_every - 1:  # the controller's share
+            for p in (holder, every):
+                p.set_costs(p.costs | {costs.PER_TOKEN: p.per_token})
+    return out
+
+
 @pytest.mark.parametrize("overlap", [True, False])
 def test_a_held_answer_is_the_answer_worked_out_afresh_whatever_the_verifies_bring(overlap):
     """A hold makes exactly the calls of a policy that works out every batch: the
     acceptance falling to nothing at any launch, the context growing as fast as the
-    tokens allow or jumping with a new request (its prefill counted after the batch,
-    as the controller does), the table shared again. Verifies come one batch late
-    under the overlap scheduler, at once without it."""
+    tokens allow or jumping with a new request, the table shared again."""
     held = 0
     for seed in range(40):
         rng = random.Random(seed)
         holder, every = twins(1.5, rng.uniform(2.8, 4.6), rng.uniform(0.1, 0.6))
-        context, in_flight, misses_until = 64, None, 0
-        for step in range(500):
-            answer = holder._decide(1, context)
-            held += holder._hold_left > 0 and answer == (True, "goodput")
-            assert answer == every._decide(1, context), (seed, step, context)
-            assert holder.speculate(1, context) == answer[0]  # the scheduler's question, held inline
-            if rng.random() < 0.01:  # the draft stops matching for a while
-                misses_until = step + rng.randrange(5, 60)
-            # Each verify brings 1 to 4 tokens: none accepted during the misses.
-            accepted = 0 if step < misses_until else rng.choice((2, 3, 3))
-            jumped = rng.random() < 0.01
+        answers = play_twins(holder, every, rng, 500, overlap, bursts(rng, 0.01, (5, 60), (0,), (2, 3, 3)),
+                             tag=(seed,))
+        held += sum(was_held and answer == (True, "goodput") for answer, was_held in answers)
+    assert held > 2000, held  # the holds ran, not only full answers
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_held_plain_answer_is_the_answer_worked_out_afresh(overlap):
+    """Plain stretches (the users' case) hold their answer too, and make exactly the
+    calls of a policy that works out every batch: probes and refreshes on time, stale
+    times, a draft that matches again for a while (speculation retaken), the context
+    growing or jumping with a new request, the table shared again, or seldom (as while
+    the policy is settled)."""
+    held = plain = 0
+    for seed in range(40):
+        rng = random.Random(100 + seed)
+        # Up to 8 ms a speculative step: where even every draft accepted would lose, no probe
+        # comes, and a stale time's refresh waits for the plain run alone.
+        holder, every = twins(1.5, rng.uniform(2.6, 8.0), rng.uniform(0.0, 0.6))
+        if seed % 2:  # batch 1's speculative time slower than batch 64's: stale, refreshed now and then
             for p in (holder, every):
-                p.on_launch(answer[0], 1, context)
-            verify = [accepted] if answer[0] else None
-            if overlap:
-                verify, in_flight = in_flight, verify
-            if verify is not None:
-                for p in (holder, every):
-                    p.on_verify(verify)
-                context += verify[0] + 1
-            elif not answer[0]:
-                context += 1
-            if jumped:  # a request replaced by one with a long prompt
-                context = rng.choice((40, 20_000))
-                # Asked before its prefill is counted (one batch late under overlap).
-                assert holder.speculate(1, context) == every.speculate(1, context), (seed, step, context)
-                for p in (holder, every):
-                    p.on_prefills(1, answer[0], 1)
-            if step % 32 == 31:  # the controller's share
-                for p in (holder, every):
-                    p.set_costs(p.costs | {costs.PER_TOKEN: p.per_token})
-    assert held > 3000, held  # the holds ran, not only full answers
+                tab = p.costs | {costs.PER_TOKEN: p.per_token}
+                p.set_costs(tab | {costs.PLAIN: tab[costs.PLAIN] | {64: 0.0025},
+                                   costs.SPEC: tab[costs.SPEC] | {64: 0.0024}})
+        # Now and then the draft matches well for a while.
+        accepted = bursts(rng, 0.005, (20, 200), (2, 3, 3), (0, 0, 0, 1))
+        answers = play_twins(holder, every, rng, 1500, overlap, accepted, share_every=(32, 256)[seed % 4 < 2],
+                             tag=(seed,))
+        plain += sum(not answer[0] for answer, _ in answers)
+        held += sum(was_held and answer == (False, "goodput") for answer, was_held in answers)
+    assert plain > 30000 and held > 0.7 * plain, (plain, held)  # plain stretches, mostly held
+
+
+def test_a_plain_hold_ends_where_a_stale_times_refresh_falls_due():
+    """Where even every draft accepted would lose, no probe comes; a stale speculative
+    time (slower than a larger batch's) already refreshed once is refreshed again after
+    REFRESH_STEPS probe intervals of plain steps. A hold offered just before must not
+    run past it."""
+    holder, every = twins(1.5, 8.0, 0.0)
+    for p in (holder, every):
+        p.set_costs(p.costs | {costs.PLAIN: {1: 0.0015, 64: 0.0025}, costs.SPEC: {1: 0.008, 64: 0.0024}})
+        feed(p, accepted=0, steps=20, batch=1)
+        interval = p.probe_interval(0.0015, 0.008)
+        put(p, _speculating=False, _refreshed={1}, _plain_run=GoodputPolicy.REFRESH_STEPS * interval - 10,
+            _stretch_unchecked=False)
+    answers, held = [], 0
+    for step in range(40):
+        answer = holder._decide(1, 100 + step)
+        assert answer == every._decide(1, 100 + step), step
+        answers.append(answer)
+        for p in (holder, every):
+            p.on_launch(answer[0], 1, 100 + step)
+        held = max(held, holder._hold_left)
+    assert answers[:10] == [(False, "goodput")] * 10 and answers[10] == (True, "refresh"), answers[:12]
+    assert held >= 4, "a shorter hold came before the refresh"
 
 
 def test_steady_speculation_works_out_few_answers_and_counts_every_launch():
@@ -949,10 +1020,11 @@ def test_a_settled_policy_on_a_steady_table_is_shared_less_often():
     # The first share when the first steps asked for one (an exploration: no table yet).
     assert [b - a for a, b in zip(syncs, syncs[1:])] == [32, 64, 128, 256, 256, 256], syncs
     # A steady table alone is not enough: a policy that does not hold its answer (here
-    # acceptance gone, plain) is shared the regular way.
-    c = steady_at_one(sync_every=32)
-    syncs = serve_at_one(c, 600, accepted=0)
-    assert c.stats.plain_batches > 300 and not c.policy.settled()
+    # with plain's prefill price measured and speculation's not) is shared the regular way.
+    shared = {**table(plain={1: 1.5}, spec={1: 2.5}), costs.PLAIN_PREFILL: {1: 0.01}}
+    c = ctl.AdaptiveModeController(GoodputPolicy(K), spec_width=K + 1, share=lambda t: shared, sync_every=32)
+    syncs = serve_at_one(c, 600)
+    assert c.stats.spec_batches > 580 and not c.policy.settled()
     assert {b - a for a, b in zip(syncs[-8:], syncs[-7:])} == {32}, syncs
 
 

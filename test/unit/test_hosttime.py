@@ -128,6 +128,9 @@ def test_hook_cost_counts_opcodes_and_puts_back_the_tracer_it_found():
     assert first == second and sys.gettrace() is before
     assert first["goodput"]["opcodes"] > first["never-plain"]["opcodes"] > 100, first
     assert first["never-plain"]["calls"] > 10
+    plain = hook_cost.opcodes(steps=200, plain=True)  # no draft accepted: goodput plain
+    assert set(plain) == {"goodput", "always-plain"} and plain["goodput"]["opcodes"] > plain["always-plain"]["opcodes"]
+    assert sys.gettrace() is before
 
 
 def _fake_thread(proc: Path, pid: int, tid: int, name: str, ticks: tuple[int, int], switches: int,
