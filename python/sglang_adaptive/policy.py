@@ -639,6 +639,13 @@ class GoodputPolicy(ModePolicy):
             return self.prefills.per_step(tokens) * max(0.0, other + t_other - t_own)
         return 0.0
 
+    def _one_price_derived(self, batch_size: int) -> bool:
+        """Whether one mode has a prefill price measured near ``batch_size`` and the
+        other has it derived (``_prefill_time``): calls then rest on the estimate and on
+        the context (``_unpriced``), so no answer holds."""
+        plain_price, spec_price = self._plan(batch_size)[4]
+        return (plain_price is None) != (spec_price is None)
+
     def _unpriced(self, batch_size: int, plain: float, spec: float, context: int) -> bool | None:
         """The mode to run (True: speculative) so that it measures its prefill price near
         ``batch_size``, where the call rests on that price derived from the other mode's;
@@ -652,9 +659,9 @@ class GoodputPolicy(ModePolicy):
         bucket: where prefills seldom fall between back-to-back steps of one mode (fixed
         output lengths, the refill of a wave) an exploration files nothing, and the
         derived price stands. ``plain``, ``spec``: the predictions with the derived price."""
-        plain_price, spec_price = self._plan(batch_size)[4]
-        if (plain_price is None) == (spec_price is None):
+        if not self._one_price_derived(batch_size):
             return None  # both measured, or neither (then prefills count in neither mode)
+        plain_price = self._plan(batch_size)[4][0]
         speculative = plain_price is not None
         if self._price_explored.get((speculative, costs.bucket(batch_size)), 0) >= self.PRICE_EXPLORATIONS:
             return None
@@ -942,8 +949,7 @@ class GoodputPolicy(ModePolicy):
         is derived from the other's (as ``_hold_for``), or after a refresh that may run
         another round."""
         n = self.HOLD_MAX if launches is None else min(self.HOLD_MAX, launches)
-        plain_price, spec_price = self._plan(batch_size)[4]
-        if (plain_price is None) != (spec_price is None) or self._may_extend or n <= 0:
+        if self._one_price_derived(batch_size) or self._may_extend or n <= 0:
             return None
         saved = self._plain_run, self._launched
         self._offering = True
@@ -983,8 +989,7 @@ class GoodputPolicy(ModePolicy):
         prefill price is derived from the other's (``_unpriced`` then rests on the
         estimate, and the derived price on the context).
         """
-        plain_price, spec_price = self._plan(batch_size)[4]
-        if (plain_price is None) != (spec_price is None):
+        if self._one_price_derived(batch_size):
             return None
         a = self.acceptance
         expected, lag = a.expected_tokens(), self._launched - a.aged_at

@@ -609,7 +609,8 @@ def bursts(rng: random.Random, chance: float, lengths: tuple, during: tuple, oth
     def accepted(step: int) -> int:
         if rng.random() < chance:
             until[0] = step + rng.randrange(*lengths)
-        return rng.choice(during if step < until[0] else otherwise)
+        choices = during if step < until[0] else otherwise
+        return choices[0] if len(choices) == 1 else rng.choice(choices)  # one choice draws nothing
     return accepted
 
 
@@ -628,6 +629,7 @@ def play_twins(holder: GoodputPolicy, every: GoodputPolicy, rng: random.Random, 
         assert answer == every._decide(1, context), (*tag, step, context)
         assert holder.speculate(1, context) == answer[0]  # the scheduler's question, held inline
         drafts = accepted(step)
+        jumped = rng.random() < 0.01  # a request replaced by one with a long prompt
         for p in (holder, every):
             p.on_launch(answer[0], 1, context)
         verify = [drafts] if answer[0] else None
@@ -639,7 +641,7 @@ def play_twins(holder: GoodputPolicy, every: GoodputPolicy, rng: random.Random, 
             context += verify[0] + 1
         elif not answer[0]:
             context += 1
-        if rng.random() < 0.01:  # a request replaced by one with a long prompt
+        if jumped:
             context = rng.choice((40, 20_000))
             # Asked before its prefill is counted (one batch late under overlap).
             assert holder.speculate(1, context) == every.speculate(1, context), (*tag, step, context)
@@ -663,7 +665,7 @@ def test_a_held_answer_is_the_answer_worked_out_afresh_whatever_the_verifies_bri
         answers = play_twins(holder, every, rng, 500, overlap, bursts(rng, 0.01, (5, 60), (0,), (2, 3, 3)),
                              tag=(seed,))
         held += sum(was_held and answer == (True, "goodput") for answer, was_held in answers)
-    assert held > 2000, held  # the holds ran, not only full answers
+    assert held > 3000, held  # the holds ran, not only full answers
 
 
 @pytest.mark.parametrize("overlap", [True, False])
