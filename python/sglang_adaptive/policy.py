@@ -639,12 +639,15 @@ class GoodputPolicy(ModePolicy):
             return self.prefills.per_step(tokens) * max(0.0, other + t_other - t_own)
         return 0.0
 
-    def _one_price_derived(self, batch_size: int) -> bool:
-        """Whether one mode has a prefill price measured near ``batch_size`` and the
-        other has it derived (``_prefill_time``): calls then rest on the estimate and on
-        the context (``_unpriced``), so no answer holds."""
+    def _derived_price_mode(self, batch_size: int) -> bool | None:
+        """The mode (True: speculative) whose prefill price near ``batch_size`` is
+        derived from the other's measured one (``_prefill_time``), None where both are
+        measured or neither. Where one is, calls rest on the estimate and on the context
+        (``_unpriced``), so no answer holds."""
         plain_price, spec_price = self._plan(batch_size)[4]
-        return (plain_price is None) != (spec_price is None)
+        if (plain_price is None) == (spec_price is None):
+            return None
+        return plain_price is not None
 
     def _unpriced(self, batch_size: int, plain: float, spec: float, context: int) -> bool | None:
         """The mode to run (True: speculative) so that it measures its prefill price near
@@ -659,10 +662,9 @@ class GoodputPolicy(ModePolicy):
         bucket: where prefills seldom fall between back-to-back steps of one mode (fixed
         output lengths, the refill of a wave) an exploration files nothing, and the
         derived price stands. ``plain``, ``spec``: the predictions with the derived price."""
-        if not self._one_price_derived(batch_size):
+        speculative = self._derived_price_mode(batch_size)
+        if speculative is None:
             return None  # both measured, or neither (then prefills count in neither mode)
-        plain_price = self._plan(batch_size)[4][0]
-        speculative = plain_price is not None
         if self._price_explored.get((speculative, costs.bucket(batch_size)), 0) >= self.PRICE_EXPLORATIONS:
             return None
         _, _, low_plain, low_spec = self._rates(batch_size, context, self.acceptance.expected_tokens(), False)
@@ -949,7 +951,7 @@ class GoodputPolicy(ModePolicy):
         is derived from the other's (as ``_hold_for``), or after a refresh that may run
         another round."""
         n = self.HOLD_MAX if launches is None else min(self.HOLD_MAX, launches)
-        if self._one_price_derived(batch_size) or self._may_extend or n <= 0:
+        if self._derived_price_mode(batch_size) is not None or self._may_extend or n <= 0:
             return None
         saved = self._plain_run, self._launched
         self._offering = True
@@ -989,7 +991,7 @@ class GoodputPolicy(ModePolicy):
         prefill price is derived from the other's (``_unpriced`` then rests on the
         estimate, and the derived price on the context).
         """
-        if self._one_price_derived(batch_size):
+        if self._derived_price_mode(batch_size) is not None:
             return None
         a = self.acceptance
         expected, lag = a.expected_tokens(), self._launched - a.aged_at
